@@ -1,0 +1,1 @@
+"""Load tests and benchmarks for modelsvc (see loadtests/README.md)."""

@@ -1,0 +1,216 @@
+"""Start and stop the servers under test: modelsvc, and (optionally) a real Triton from nvidia-pytriton."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+
+import httpx
+
+READY_TIMEOUT_S = 60.0
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _tree_pids(root: int) -> list[int]:
+    """root and all its descendants (Triton's python backend runs a stub process per model instance)."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        parents.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(parents.get(pid, []))
+    return out
+
+
+def tree_cpu_seconds(root: int) -> float:
+    """User+system CPU seconds of a process and its live descendants, from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in _tree_pids(root):
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15 of stat)
+    return total / tick
+
+
+class ServerProcess:
+    """A server process on free ports; ready when GET /v2/health/ready answers 200; stopped with SIGTERM."""
+
+    def __init__(self, name: str, argv: Sequence[str], http_port: int, env: dict[str, str] | None = None):
+        self.name = name
+        self.argv = list(argv)
+        self.http_port = http_port
+        self.env = env
+        self._log = tempfile.NamedTemporaryFile(prefix=f"{name}-", suffix=".log", delete=False)  # noqa: SIM115
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"127.0.0.1:{self.http_port}"
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.url}"
+
+    def log_tail(self, chars: int = 4000) -> str:
+        return Path(self._log.name).read_text(errors="replace")[-chars:]
+
+    def __enter__(self) -> ServerProcess:
+        self.proc = subprocess.Popen(self.argv, stdout=self._log, stderr=subprocess.STDOUT, env=self.env)
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"{self.name} exited with code {self.proc.returncode} before it was ready.\n"
+                    f"command: {' '.join(self.argv)}\n--- its output ---\n{self.log_tail()}"
+                )
+            try:
+                if httpx.get(f"{self.base_url}/v2/health/ready", timeout=2.0).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.25)
+        self.stop()
+        raise RuntimeError(
+            f"{self.name} not ready after {READY_TIMEOUT_S:.0f} s.\n"
+            f"command: {' '.join(self.argv)}\n--- its output ---\n{self.log_tail()}"
+        )
+
+    def cpu_seconds(self) -> float:
+        assert self.proc is not None
+        return tree_cpu_seconds(self.proc.pid)
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+        self._log.close()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# modelsvc
+
+
+def modelsvc_executable() -> Path | None:
+    beside = Path(sys.executable).parent / "modelsvc"
+    if beside.exists():
+        return beside
+    found = shutil.which("modelsvc")
+    return Path(found) if found else None
+
+
+def modelsvc_server(repo: Path) -> ServerProcess:
+    exe = modelsvc_executable()
+    if exe is None:
+        raise RuntimeError("modelsvc console script not found: run `.venv/bin/pip install -e . --no-deps`")
+    http = free_port()
+    argv = [
+        str(exe), "serve",
+        "--model-repository", str(repo),
+        "--http-port", str(http),
+        "--grpc-port", str(free_port()),
+        "--metrics-port", str(free_port()),
+        "--http-address", "127.0.0.1",
+    ]  # fmt: skip
+    return ServerProcess("modelsvc", argv, http)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Real Triton 2.51 from the nvidia-pytriton wheel (python backend only)
+
+TRITON_IDENTITY_MODEL_PY = '''\
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    """Identity: OUTPUT0 = INPUT0 for every request of the batch."""
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            tensor = pb_utils.get_input_tensor_by_name(request, "INPUT0")
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", tensor.as_numpy())]))
+        return responses
+'''
+
+
+def pytriton_dir() -> Path | None:
+    """The installed ``pytriton`` package folder, or None when nvidia-pytriton is not installed."""
+    spec = importlib.util.find_spec("pytriton")
+    if spec is None or spec.origin is None:
+        return None
+    return Path(spec.origin).parent
+
+
+def write_triton_identity(repo: Path, name: str, config_text: str) -> None:
+    (repo / name / "1").mkdir(parents=True, exist_ok=True)
+    (repo / name / "1" / "model.py").write_text(TRITON_IDENTITY_MODEL_PY)
+    (repo / name / "config.pbtxt").write_text(config_text)
+
+
+def triton_server(repo: Path, workdir: Path) -> ServerProcess:
+    """tritonserver from the wheel, copied with its python backend stub as PyTriton does, on free ports."""
+    pkg = pytriton_dir()
+    if pkg is None:
+        raise RuntimeError("nvidia-pytriton not installed")
+    dist = workdir / "tritonserver"
+    shutil.copytree(pkg / "tritonserver", dist, ignore=shutil.ignore_patterns("python_backend_stubs"))
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    stub = pkg / "tritonserver" / "python_backend_stubs" / version / "triton_python_backend_stub"
+    if not stub.exists():
+        raise RuntimeError(f"no python backend stub for Python {version} in nvidia-pytriton")
+    shutil.copy(stub, dist / "backends" / "python" / "triton_python_backend_stub")
+    env = dict(os.environ)
+    libs = [sysconfig.get_config_var("LIBDIR") or "", str(pkg.parent / "nvidia_pytriton.libs")]
+    env["LD_LIBRARY_PATH"] = os.pathsep.join([*libs, env.get("LD_LIBRARY_PATH", "")]).strip(os.pathsep)
+    # The stub embeds Python and must find an environment with numpy < 2 first on PATH: this venv.
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    http = free_port()
+    argv = [
+        str(dist / "bin" / "tritonserver"),
+        "--model-repository", str(repo),
+        "--backend-directory", str(dist / "backends"),
+        "--cache-directory", str(dist / "caches"),
+        "--http-address", "127.0.0.1", "--http-port", str(http),
+        "--grpc-address", "127.0.0.1", "--grpc-port", str(free_port()),
+        "--metrics-address", "127.0.0.1", "--metrics-port", str(free_port()),
+    ]  # fmt: skip
+    return ServerProcess("tritonserver", argv, http, env=env)

@@ -1,0 +1,611 @@
+"""The ONNX Runtime backend: Triton's ``onnxruntime`` backend (platform ``onnxruntime_onnx``) in Python.
+
+Model-config ``parameters`` read here (string values, as in Triton's ORT backend):
+
+``intra_op_thread_count``, ``inter_op_thread_count``
+    ORT thread pool sizes; 0 or absent lets ORT choose (one thread per core).
+``execution_mode``
+    ``0`` sequential (default), ``1`` parallel.
+``enable_mem_arena``, ``enable_mem_pattern``
+    ``1``/``true`` or ``0``/``false``: ORT's CPU memory arena and memory pattern.
+``memory.enable_memory_arena_shrinkage``
+    passed to every run as a run config entry.
+``session.use_device_allocator_for_initializers``
+    passed to the session as a config entry.
+``allow_spinning`` (modelsvc)
+    ``true`` lets ORT's pool threads spin while waiting for work (ORT's default). modelsvc turns
+    spinning off unless asked: on a machine with few cores, spinning ORT threads starve the HTTP
+    event loop that feeds them, for little gain in latency.
+``allow_cpu_fallback`` (modelsvc)
+    ``true`` accepts running a ``KIND_GPU`` instance on the CPU when ONNX Runtime cannot load its
+    CUDA provider (a warning is logged). Without it such an instance fails to load: ORT's own
+    fallback is silent, and a GPU model quietly running on CPU is worse than one that fails.
+
+``optimization { graph { level } }`` picks ORT's graph optimization level as Triton does: -1 basic,
+1 extended, 2 none, anything else (the default 0) all. ``optimization { execution_accelerators {
+gpu_execution_accelerator [{ name: "tensorrt" ... }] } }`` puts the TensorRT provider ahead of CUDA
+(``precision_mode`` FP32/FP16/BF16/INT8, ``max_workspace_size_bytes`` and the ``trt_*`` keys);
+``name: "cuda"`` passes its parameters to the CUDA provider.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
+from tritonclient.grpc import model_config_pb2
+
+from modelsvc.protocol import InternalError, InvalidArgument, Unavailable
+
+from ._base import Arrays, ConfigMismatchError, ModelConfig, ModelInstance, ModelLoadError
+from ._devices import visible_gpus
+
+logger = logging.getLogger("modelsvc.backends.onnxruntime")
+
+#: ONNX Runtime's type strings -> model config DataType names
+ORT_TO_CONFIG: dict[str, str] = {
+    "tensor(bool)": "TYPE_BOOL",
+    "tensor(uint8)": "TYPE_UINT8",
+    "tensor(uint16)": "TYPE_UINT16",
+    "tensor(uint32)": "TYPE_UINT32",
+    "tensor(uint64)": "TYPE_UINT64",
+    "tensor(int8)": "TYPE_INT8",
+    "tensor(int16)": "TYPE_INT16",
+    "tensor(int32)": "TYPE_INT32",
+    "tensor(int64)": "TYPE_INT64",
+    "tensor(float16)": "TYPE_FP16",
+    "tensor(float)": "TYPE_FP32",
+    "tensor(double)": "TYPE_FP64",
+    "tensor(string)": "TYPE_STRING",
+    "tensor(bfloat16)": "TYPE_BF16",
+}
+
+#: Triton's ``--backend-config=onnxruntime,default-max-batch-size`` default
+DEFAULT_MAX_BATCH_SIZE = 4
+
+_KIND_AUTO = model_config_pb2.ModelInstanceGroup.KIND_AUTO
+_KIND_GPU = model_config_pb2.ModelInstanceGroup.KIND_GPU
+_KIND_CPU = model_config_pb2.ModelInstanceGroup.KIND_CPU
+
+_CUDA = "CUDAExecutionProvider"
+_TRT = "TensorrtExecutionProvider"
+_CPU = "CPUExecutionProvider"
+
+_GRAPH_LEVELS = {
+    -1: ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    1: ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    2: ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+}
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+# TensorRT accelerator parameters that pass through under their own name (see the backend's README)
+_TRT_PASSTHROUGH = {
+    "trt_max_partition_iterations",
+    "trt_min_subgraph_size",
+    "trt_dla_enable",
+    "trt_dla_core",
+    "trt_engine_cache_enable",
+    "trt_engine_cache_path",
+    "trt_engine_cache_prefix",
+    "trt_dump_subgraphs",
+    "trt_force_sequential_engine_build",
+    "trt_context_memory_sharing_enable",
+    "trt_layer_norm_fp32_fallback",
+    "trt_timing_cache_enable",
+    "trt_timing_cache_path",
+    "trt_force_timing_cache",
+    "trt_detailed_build_log",
+    "trt_build_heuristics_enable",
+    "trt_sparsity_enable",
+    "trt_builder_optimization_level",
+    "trt_auxiliary_streams",
+    "trt_tactic_sources",
+    "trt_extra_plugin_lib_paths",
+    "trt_profile_min_shapes",
+    "trt_profile_max_shapes",
+    "trt_profile_opt_shapes",
+    "trt_cuda_graph_enable",
+}
+_TRT_RENAMED = {
+    "max_workspace_size_bytes": "trt_max_workspace_size",
+    "int8_calibration_table_name": "trt_int8_calibration_table_name",
+    "int8_use_native_calibration_table": "trt_int8_use_native_calibration_table",
+}
+_TRT_PRECISION = {
+    "FP32": None,
+    "FP16": "trt_fp16_enable",
+    "BF16": "trt_bf16_enable",
+    "INT8": "trt_int8_enable",
+}
+
+ProviderSpec = str | tuple[str, dict[str, str]]
+
+
+# --- model config parameters ------------------------------------------------------------------------
+
+
+def _param(config: ModelConfig, key: str) -> str | None:
+    if key in config.parameters:
+        return str(config.parameters[key].string_value).strip()
+    return None
+
+
+def _bool_param(config: ModelConfig, key: str, default: bool) -> bool:
+    value = _param(config, key)
+    if value is None or value == "":
+        return default
+    if value.lower() in _TRUE:
+        return True
+    if value.lower() in _FALSE:
+        return False
+    raise ModelLoadError(f"parameter '{key}' must be true/false or 1/0, got '{value}'")
+
+
+def _int_param(config: ModelConfig, key: str, default: int) -> int:
+    value = _param(config, key)
+    if value is None or value == "":
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ModelLoadError(f"parameter '{key}' must be an integer, got '{value}'") from None
+
+
+def _session_options(config: ModelConfig) -> ort.SessionOptions:
+    options = ort.SessionOptions()
+    level = config.optimization.graph.level if config.optimization.HasField("graph") else 0
+    options.graph_optimization_level = _GRAPH_LEVELS.get(level, ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
+    mode = _int_param(config, "execution_mode", 0)
+    if mode not in (0, 1):
+        raise ModelLoadError(f"parameter 'execution_mode' must be 0 (sequential) or 1 (parallel), got {mode}")
+    options.execution_mode = ort.ExecutionMode.ORT_PARALLEL if mode == 1 else ort.ExecutionMode.ORT_SEQUENTIAL
+    intra = _int_param(config, "intra_op_thread_count", 0)
+    if intra > 0:
+        options.intra_op_num_threads = intra
+    inter = _int_param(config, "inter_op_thread_count", 0)
+    if inter > 0:
+        options.inter_op_num_threads = inter
+    if _param(config, "enable_mem_arena") is not None:
+        options.enable_cpu_mem_arena = _bool_param(config, "enable_mem_arena", True)
+    if _param(config, "enable_mem_pattern") is not None:
+        options.enable_mem_pattern = _bool_param(config, "enable_mem_pattern", True)
+    initializers = _param(config, "session.use_device_allocator_for_initializers")
+    if initializers is not None:
+        options.add_session_config_entry("session.use_device_allocator_for_initializers", initializers)
+    spinning = "1" if _bool_param(config, "allow_spinning", False) else "0"
+    options.add_session_config_entry("session.intra_op.allow_spinning", spinning)
+    options.add_session_config_entry("session.inter_op.allow_spinning", spinning)
+    return options
+
+
+def _run_options(config: ModelConfig) -> ort.RunOptions | None:
+    shrinkage = _param(config, "memory.enable_memory_arena_shrinkage")
+    if shrinkage is None:
+        return None
+    options = ort.RunOptions()
+    options.add_run_config_entry("memory.enable_memory_arena_shrinkage", shrinkage)
+    return options
+
+
+def _trt_options(parameters: dict[str, str]) -> dict[str, str]:
+    options: dict[str, str] = {}
+    for key, value in parameters.items():
+        if key == "precision_mode":
+            if value not in _TRT_PRECISION:
+                raise ModelLoadError(
+                    f"unsupported TensorRT precision_mode '{value}' (FP32, FP16, BF16 or INT8)"
+                )
+            flag = _TRT_PRECISION[value]
+            if flag is not None:
+                options[flag] = "1"
+        elif key in _TRT_RENAMED:
+            options[_TRT_RENAMED[key]] = value
+        elif key in _TRT_PASSTHROUGH:
+            options[key] = value
+        else:
+            raise ModelLoadError(f"unknown parameter '{key}' for the TensorRT execution accelerator")
+    return options
+
+
+def _gpu_providers(config: ModelConfig, device_id: int) -> tuple[list[ProviderSpec], bool]:
+    """Providers for a GPU instance, best first; and whether TensorRT was asked for."""
+    cuda: dict[str, str] = {}
+    trt: dict[str, str] | None = None
+    for accelerator in config.optimization.execution_accelerators.gpu_execution_accelerator:
+        params = dict(accelerator.parameters)
+        if accelerator.name == "tensorrt":
+            trt = _trt_options(params)
+        elif accelerator.name == "cuda":
+            cuda.update(params)
+        else:
+            raise ModelLoadError(
+                f"unknown gpu_execution_accelerator '{accelerator.name}' (supported: tensorrt, cuda)"
+            )
+    providers: list[ProviderSpec] = []
+    if trt is not None:
+        providers.append((_TRT, {**trt, "device_id": str(device_id)}))
+    providers.append((_CUDA, {**cuda, "device_id": str(device_id)}))
+    providers.append(_CPU)
+    return providers, trt is not None
+
+
+def _check_cpu_accelerators(config: ModelConfig) -> None:
+    for accelerator in config.optimization.execution_accelerators.cpu_execution_accelerator:
+        if accelerator.name == "openvino":
+            raise ModelLoadError(
+                "cpu_execution_accelerator 'openvino' is not supported by modelsvc's ONNX Runtime backend; "
+                "remove it to run on ONNX Runtime's CPU provider"
+            )
+        raise ModelLoadError(f"unknown cpu_execution_accelerator '{accelerator.name}'")
+
+
+def _available(providers: list[ProviderSpec]) -> list[ProviderSpec]:
+    # ORT warns (a Python warning) about providers its build lacks; leave those out ourselves.
+    available = set(ort.get_available_providers())
+    return [p for p in providers if (p if isinstance(p, str) else p[0]) in available]
+
+
+# --- tensors ---------------------------------------------------------------------------------------
+
+
+class _TensorInfo:
+    __slots__ = ("data_type", "dims", "name")
+
+    def __init__(self, node: Any) -> None:
+        self.name: str = node.name
+        ort_type: str = node.type
+        if ort_type not in ORT_TO_CONFIG:
+            raise ModelLoadError(f"tensor '{self.name}' has type {ort_type}, which modelsvc cannot serve")
+        self.data_type = ORT_TO_CONFIG[ort_type]
+        self.dims: list[int] = [d if isinstance(d, int) and d >= 0 else -1 for d in (node.shape or [])]
+
+
+def _metadata_session(artifact: Path) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.intra_op_num_threads = 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    try:
+        return ort.InferenceSession(str(artifact), options, providers=[_CPU])
+    except Exception as exc:
+        raise ModelLoadError(f"unable to load '{artifact}' with ONNX Runtime: {exc}") from exc
+
+
+def _data_type_name(value: int) -> str:
+    return str(model_config_pb2.DataType.Name(value))
+
+
+def _data_type_value(name: str) -> int:
+    return int(model_config_pb2.DataType.Value(name))
+
+
+def _complete_tensor(entry: Any, info: _TensorInfo, kind: str, max_batch_size: int) -> None:
+    """Fill data_type and dims of a config input/output from the model; check what is given."""
+    model_type = _data_type_value(info.data_type)
+    if entry.data_type == 0:
+        entry.data_type = model_type
+    elif entry.data_type != model_type:
+        raise ConfigMismatchError(
+            f"{kind} '{info.name}': configuration says {_data_type_name(entry.data_type)}, "
+            f"the model has {info.data_type}",
+            tensor=info.name,
+            field="data_type",
+        )
+    model_dims = info.dims[1:] if max_batch_size > 0 else list(info.dims)
+    if not entry.dims and not entry.HasField("reshape"):
+        if model_dims:
+            entry.dims.extend(model_dims)
+        else:  # a scalar (per batch item): Triton's convention is dims [1] reshaped to []
+            entry.dims.append(1)
+            entry.reshape.SetInParent()
+        return
+    given = list(entry.reshape.shape) if entry.HasField("reshape") else list(entry.dims)
+    if len(given) != len(model_dims) or any(
+        g != m and g != -1 and m != -1 for g, m in zip(given, model_dims, strict=False)
+    ):
+        full = "[-1] + " if max_batch_size > 0 else ""
+        raise ConfigMismatchError(
+            f"{kind} '{info.name}': configuration dims {full}{given} do not match the model's "
+            f"shape {info.dims}",
+            tensor=info.name,
+            field="dims",
+        )
+
+
+def _check_io(config: ModelConfig, session: ort.InferenceSession) -> None:
+    """What Triton's ORT backend checks at load: the config's tensors exist with the model's types."""
+    for kind, nodes, entries in (
+        ("input", session.get_inputs(), config.input),
+        ("output", session.get_outputs(), config.output),
+    ):
+        model = {node.name: node for node in nodes}
+        for entry in entries:
+            node = model.get(entry.name)
+            if node is None:
+                raise ModelLoadError(
+                    f"configuration {kind} '{entry.name}' is not an {kind} of the model "
+                    f"(the model's {kind}s: {', '.join(model) or 'none'})"
+                )
+            expected = ORT_TO_CONFIG.get(node.type)
+            if expected is not None and entry.data_type != _data_type_value(expected):
+                raise ModelLoadError(
+                    f"{kind} '{entry.name}': configuration says {_data_type_name(entry.data_type)}, "
+                    f"the model has {expected}"
+                )
+    listed = {entry.name for entry in config.input}
+    missing = [node.name for node in session.get_inputs() if node.name not in listed]
+    if missing:
+        raise ModelLoadError(f"the configuration does not list the model's input(s) {', '.join(missing)}")
+
+
+def _supports_batching(infos: Sequence[_TensorInfo]) -> bool:
+    return all(info.dims and info.dims[0] == -1 for info in infos)
+
+
+# --- the backend ------------------------------------------------------------------------------------
+
+
+class OnnxRuntimeBackend:
+    """Loads ``model.onnx`` files into ONNX Runtime sessions, one per model instance."""
+
+    name = "onnxruntime"
+
+    def __init__(self, default_max_batch_size: int = DEFAULT_MAX_BATCH_SIZE) -> None:
+        self.default_max_batch_size = default_max_batch_size
+
+    def autocomplete(self, config: ModelConfig, artifact: Path) -> None:
+        """Complete ``config`` from the ONNX graph as Triton's ORT backend does, and check what it gives.
+
+        - ``max_batch_size`` 0 and every model input and output with a dynamic first dimension:
+          ``max_batch_size`` becomes the default (4), unless the config already lists both inputs
+          and outputs (Triton then leaves the config alone). With ``max_batch_size`` > 1, a model
+          that batches and a config without a scheduler get an empty ``dynamic_batching {}``.
+        - no outputs listed: all the model's outputs are added; a listed subset is kept as it is.
+        - inputs the config leaves out are added (the model cannot run without them); listed
+          inputs and outputs without ``data_type`` or ``dims`` are completed.
+        - a listed tensor the model lacks, a datatype or shape that disagrees with the model, or
+          ``max_batch_size`` > 0 for a model whose first dimension is fixed: ConfigMismatchError.
+        """
+        if not artifact.is_file():
+            raise ModelLoadError(f"unable to find '{artifact}' to auto-complete the configuration")
+        session = _metadata_session(artifact)
+        inputs = [_TensorInfo(node) for node in session.get_inputs()]
+        outputs = [_TensorInfo(node) for node in session.get_outputs()]
+        del session
+
+        can_batch = _supports_batching([*inputs, *outputs])
+        if len(config.input) == 0 or len(config.output) == 0:
+            if can_batch and config.max_batch_size == 0:
+                config.max_batch_size = self.default_max_batch_size
+                logger.warning(
+                    "auto-completed max_batch_size to %d for model '%s': the model batches and its "
+                    "configuration sets no max_batch_size",
+                    config.max_batch_size,
+                    config.name,
+                )
+            scheduled = any(
+                config.HasField(f) for f in ("dynamic_batching", "sequence_batching", "ensemble_scheduling")
+            )
+            if can_batch and config.max_batch_size > 1 and not scheduled:
+                config.dynamic_batching.SetInParent()
+        max_batch_size = config.max_batch_size
+
+        for kind, infos, entries, add_missing in (
+            ("input", inputs, config.input, True),
+            ("output", outputs, config.output, len(config.output) == 0),
+        ):
+            by_name = {info.name: info for info in infos}
+            listed = set()
+            for entry in entries:
+                info = by_name.get(entry.name)
+                if info is None:
+                    names = ", ".join(by_name) or "none"
+                    raise ConfigMismatchError(
+                        f"configuration {kind} '{entry.name}' is not an {kind} of the model "
+                        f"(the model's {kind}s: {names})",
+                        tensor=entry.name,
+                        field="name",
+                    )
+                listed.add(entry.name)
+            for info in infos:
+                if (
+                    max_batch_size > 0
+                    and (info.name in listed or add_missing)
+                    and not (info.dims and info.dims[0] == -1)
+                ):
+                    raise ConfigMismatchError(
+                        f"max_batch_size is {max_batch_size} but the model's {kind} '{info.name}' has "
+                        f"shape {info.dims} with no variable first (batch) dimension; set "
+                        "max_batch_size: 0 for a model that does not batch",
+                        field="max_batch_size",
+                    )
+            for entry in entries:
+                _complete_tensor(entry, by_name[entry.name], kind, max_batch_size)
+            if add_missing:
+                for info in infos:
+                    if info.name not in listed:
+                        entry = entries.add(name=info.name)
+                        _complete_tensor(entry, info, kind, max_batch_size)
+
+    def create_instances(self, config: ModelConfig, artifact: Path, version: int) -> list[ModelInstance]:
+        """One ONNX Runtime session per instance: per ``instance_group`` entry, ``count`` (x each GPU)."""
+        if not artifact.is_file():
+            raise ModelLoadError(f"unable to find '{artifact}' for model '{config.name}' version {version}")
+        _check_cpu_accelerators(config)
+        options = _session_options(config)
+        run_options = _run_options(config)
+        allow_fallback = _bool_param(config, "allow_cpu_fallback", False)
+        instances: list[ModelInstance] = []
+        try:
+            for index, group in enumerate(config.instance_group):
+                group_name = group.name or f"{config.name}_{index}"
+                kind = group.kind
+                if kind == _KIND_AUTO:
+                    kind = _KIND_GPU if visible_gpus() else _KIND_CPU
+                if kind == _KIND_CPU:
+                    devices: list[int | None] = [None]
+                elif kind == _KIND_GPU:
+                    devices = list(group.gpus) or [0]
+                else:
+                    raise ModelLoadError(
+                        f"instance group '{group_name}': kind {group.kind} is not supported by onnxruntime"
+                    )
+                count = max(group.count, 1)
+                total = count * len(devices)
+                for number in range(total):
+                    gpu = devices[number // count]
+                    name = group_name if total == 1 else f"{group_name}_{number}"
+                    instances.append(
+                        self._instance(config, artifact, name, gpu, options, run_options, allow_fallback)
+                    )
+        except BaseException:
+            for instance in instances:
+                instance.close()
+            raise
+        return instances
+
+    def _instance(
+        self,
+        config: ModelConfig,
+        artifact: Path,
+        name: str,
+        gpu: int | None,
+        options: ort.SessionOptions,
+        run_options: ort.RunOptions | None,
+        allow_fallback: bool,
+    ) -> OnnxRuntimeInstance:
+        wants_trt = False
+        if gpu is None:
+            providers: list[ProviderSpec] = [_CPU]
+        else:
+            providers, wants_trt = _gpu_providers(config, gpu)
+        try:
+            session = ort.InferenceSession(str(artifact), options, providers=_available(providers))
+        except Exception as exc:
+            raise ModelLoadError(
+                f"instance '{name}': ONNX Runtime could not load '{artifact}': {exc}"
+            ) from exc
+        try:
+            _check_io(config, session)
+        except ModelLoadError:
+            del session
+            raise
+        actual = list(session.get_providers())
+        device = "cpu"
+        if gpu is not None:
+            if _CUDA in actual or _TRT in actual:
+                device = f"gpu:{gpu}"
+                if wants_trt and _TRT not in actual:
+                    logger.warning(
+                        "instance '%s' of model '%s': the TensorRT execution accelerator is unavailable; "
+                        "running on %s",
+                        name,
+                        config.name,
+                        actual,
+                    )
+            elif allow_fallback:
+                logger.warning(
+                    "instance '%s' of model '%s' asked for KIND_GPU (gpu %d) but the CUDA provider is "
+                    "unavailable; running on CPU as parameter allow_cpu_fallback permits",
+                    name,
+                    config.name,
+                    gpu,
+                )
+            else:
+                del session
+                raise ModelLoadError(
+                    f"instance '{name}' of model '{config.name}' asked for KIND_GPU (gpu {gpu}) but the CUDA "
+                    f"provider is unavailable (ONNX Runtime would use {actual}); running on CPU would be "
+                    "silent. Use instance_group kind KIND_CPU, or set parameters { key: "
+                    '"allow_cpu_fallback" value { string_value: "true" } } to accept CPU'
+                )
+        return OnnxRuntimeInstance(name, device, actual, session, run_options)
+
+
+# --- an instance ------------------------------------------------------------------------------------
+
+
+def _to_ort_strings(array: np.ndarray[Any, Any], name: str) -> np.ndarray[Any, Any]:
+    flat = array.reshape(-1)
+    out = np.empty(flat.shape[0], dtype=np.object_)
+    try:
+        for i, item in enumerate(flat):
+            out[i] = item.decode("utf-8") if isinstance(item, bytes | bytearray) else str(item)
+    except UnicodeDecodeError:
+        raise InvalidArgument(
+            f"input '{name}': ONNX Runtime string tensors need UTF-8; element {i} is not valid UTF-8"
+        ) from None
+    return out.reshape(array.shape)
+
+
+def _from_ort_strings(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    flat = array.reshape(-1)
+    out = np.empty(flat.shape[0], dtype=np.object_)
+    for i, item in enumerate(flat):
+        out[i] = item.encode("utf-8") if isinstance(item, str) else bytes(item)
+    return out.reshape(array.shape)
+
+
+class OnnxRuntimeInstance:
+    """One ONNX Runtime session. ORT releases the GIL while it runs."""
+
+    def __init__(
+        self,
+        name: str,
+        device: str,
+        providers: list[str],
+        session: ort.InferenceSession,
+        run_options: ort.RunOptions | None = None,
+    ) -> None:
+        self.name = name
+        self.device = device
+        self.providers = providers
+        self._session: ort.InferenceSession | None = session
+        self._run_options = run_options
+        self._string_inputs = {n.name for n in session.get_inputs() if n.type == "tensor(string)"}
+        self._output_names = [n.name for n in session.get_outputs()]
+        self._lock = threading.Lock()
+
+    def execute(self, inputs: Arrays, output_names: Sequence[str]) -> Arrays:
+        """Run the session; ``output_names`` empty means every model output."""
+        session = self._session
+        if session is None:
+            raise Unavailable(f"model instance '{self.name}' is closed")
+        feed = {
+            name: _to_ort_strings(array, name) if name in self._string_inputs else array
+            for name, array in inputs.items()
+        }
+        names = list(output_names) or self._output_names
+        try:
+            with self._lock:
+                results = session.run(names, feed, self._run_options)
+        except ort_state.InvalidArgument as exc:
+            raise InvalidArgument(f"onnx runtime error: {exc}") from exc
+        except (
+            ort_state.Fail,
+            ort_state.RuntimeException,
+            ort_state.NotImplemented,
+            ort_state.EPFail,
+        ) as exc:
+            raise InternalError(f"onnx runtime error in instance '{self.name}': {exc}") from exc
+        out: Arrays = {}
+        for name, result in zip(names, results, strict=True):
+            array = np.asarray(result)
+            out[name] = _from_ort_strings(array) if array.dtype.kind in ("O", "U", "S") else array
+        return out
+
+    def close(self) -> None:
+        self._session = None
+
+    def __repr__(self) -> str:
+        return (
+            f"OnnxRuntimeInstance(name={self.name!r}, device={self.device!r}, providers={self.providers!r})"
+        )

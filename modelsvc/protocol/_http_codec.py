@@ -1,0 +1,228 @@
+"""The HTTP/REST v2 body format, with the binary tensor data extension.
+
+A request body is a JSON header, optionally followed by raw tensor bytes; the
+``Inference-Header-Content-Length`` header gives the JSON part's length. Inputs whose
+``parameters.binary_data_size`` is set take their bytes, in order, from the part after
+the JSON. Outputs go back the same way when the client asks for binary data.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from ._datatypes import (
+    deserialize_bytes_tensor,
+    numpy_dtype,
+    serialize_bytes_tensor,
+    to_bytes_elements,
+)
+from ._errors import InvalidArgument
+from ._types import InferRequest, InferResponse, RequestedOutput, Tensor
+
+HEADER_CONTENT_LENGTH = "inference-header-content-length"
+
+
+class _JsonInput(msgspec.Struct, kw_only=True):
+    name: str
+    shape: list[int]
+    datatype: str
+    parameters: dict[str, Any] | None = None
+    data: Any = msgspec.UNSET
+
+
+class _JsonOutput(msgspec.Struct, kw_only=True):
+    name: str
+    parameters: dict[str, Any] | None = None
+
+
+class _JsonRequest(msgspec.Struct, kw_only=True):
+    id: str | None = None
+    parameters: dict[str, Any] | None = None
+    inputs: list[_JsonInput]
+    outputs: list[_JsonOutput] | None = None
+
+
+_request_decoder = msgspec.json.Decoder(_JsonRequest)
+_encoder = msgspec.json.Encoder()
+
+
+def decode_infer_request(body: bytes, header_length: int | None = None) -> InferRequest:
+    """Parse a v2 infer request body; every fault is an InvalidArgument naming what is wrong."""
+    if header_length is None:
+        header, binary = body, memoryview(b"")
+    else:
+        if header_length < 0 or header_length > len(body):
+            raise InvalidArgument(
+                f"Inference-Header-Content-Length {header_length} is outside the body of {len(body)} bytes"
+            )
+        view = memoryview(body)
+        header, binary = view[:header_length], view[header_length:]
+    try:
+        raw = _request_decoder.decode(header)
+    except msgspec.ValidationError as exc:
+        raise InvalidArgument(f"malformed inference request: {exc}") from None
+    except msgspec.DecodeError as exc:
+        raise InvalidArgument(f"inference request is not valid JSON: {exc}") from None
+
+    offset = 0
+    inputs: list[Tensor] = []
+    for item in raw.inputs:
+        tensor, offset = _decode_input(item, binary, offset)
+        inputs.append(tensor)
+    if offset != len(binary):
+        raise InvalidArgument(
+            f"the body has {len(binary) - offset} bytes of binary data that no input claims"
+        )
+    outputs = None
+    if raw.outputs is not None:
+        outputs = []
+        for out in raw.outputs:
+            params = out.parameters or {}
+            binary_flag = params.pop("binary_data", None)
+            outputs.append(
+                RequestedOutput(
+                    out.name, None if binary_flag is None else bool(binary_flag), params
+                )
+            )
+    return InferRequest(inputs=inputs, id=raw.id, outputs=outputs, parameters=raw.parameters or {})
+
+
+def _decode_input(item: _JsonInput, binary: memoryview, offset: int) -> tuple[Tensor, int]:
+    name = item.name
+    shape = tuple(item.shape)
+    if any(d < 0 for d in shape):
+        raise InvalidArgument(f"input '{name}': shape {list(shape)} has a negative dimension")
+    count = math.prod(shape)
+    dtype = numpy_dtype(item.datatype)
+    params = item.parameters or {}
+    size = params.pop("binary_data_size", None)
+    if size is not None:
+        if not isinstance(size, int) or size < 0:
+            raise InvalidArgument(f"input '{name}': binary_data_size must be a non-negative integer")
+        if item.data is not msgspec.UNSET:
+            raise InvalidArgument(f"input '{name}' has both binary_data_size and JSON data")
+        if offset + size > len(binary):
+            raise InvalidArgument(
+                f"input '{name}': binary_data_size {size} runs past the end of the body "
+                f"({len(binary) - offset} bytes left)"
+            )
+        chunk = binary[offset : offset + size]
+        offset += size
+        if item.datatype == "BYTES":
+            array = deserialize_bytes_tensor(chunk, count, name).reshape(shape)
+        else:
+            expected = count * dtype.itemsize
+            if size != expected:
+                raise InvalidArgument(
+                    f"input '{name}': {size} bytes of {item.datatype} data, but shape {list(shape)} "
+                    f"needs {expected}"
+                )
+            array = np.frombuffer(chunk, dtype=dtype).reshape(shape)
+    else:
+        if item.data is msgspec.UNSET:
+            raise InvalidArgument(f"input '{name}' has neither JSON data nor binary_data_size")
+        array = _json_array(name, item.datatype, dtype, item.data, shape, count)
+    return Tensor(name, item.datatype, shape, array, params), offset
+
+
+def _flatten(value: Any, out: list[Any]) -> None:
+    if isinstance(value, list):
+        for v in value:
+            _flatten(v, out)
+    else:
+        out.append(value)
+
+
+def _json_array(
+    name: str, datatype: str, dtype: np.dtype[Any], data: Any, shape: tuple[int, ...], count: int
+) -> np.ndarray[Any, Any]:
+    flat: list[Any] = []
+    _flatten(data, flat)
+    if len(flat) != count:
+        raise InvalidArgument(
+            f"input '{name}': {len(flat)} elements of data, but shape {list(shape)} needs {count}"
+        )
+    if datatype == "BYTES":
+        array = np.empty(count, dtype=np.object_)
+        array[:] = to_bytes_elements(flat, name)
+        return array.reshape(shape)
+    if datatype == "BOOL":
+        if not all(isinstance(v, bool) for v in flat):
+            raise InvalidArgument(f"input '{name}': BOOL data must be true or false")
+    elif any(isinstance(v, bool | str) or v is None for v in flat):
+        raise InvalidArgument(f"input '{name}': {datatype} data must be numbers")
+    try:
+        return np.array(flat, dtype=dtype).reshape(shape)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise InvalidArgument(f"input '{name}': data does not fit {datatype}: {exc}") from None
+
+
+def encode_infer_response(
+    response: InferResponse, binary: list[bool]
+) -> tuple[bytes, int | None]:
+    """Encode a response; ``binary[i]`` says whether output i goes as raw bytes.
+
+    Returns the body and, when any output is binary, the JSON header's length (for the
+    ``Inference-Header-Content-Length`` response header).
+    """
+    outputs: list[dict[str, Any]] = []
+    blobs: list[bytes] = []
+    for tensor, as_binary in zip(response.outputs, binary, strict=True):
+        entry: dict[str, Any] = {
+            "name": tensor.name,
+            "datatype": tensor.datatype,
+            "shape": list(tensor.shape),
+        }
+        params = dict(tensor.parameters)
+        if as_binary:
+            blob = _tensor_bytes(tensor)
+            params["binary_data_size"] = len(blob)
+            blobs.append(blob)
+        else:
+            entry["data"] = _json_data(tensor)
+        if params:
+            entry["parameters"] = params
+        outputs.append(entry)
+    head: dict[str, Any] = {
+        "model_name": response.model_name,
+        "model_version": response.model_version,
+    }
+    if response.id is not None:
+        head["id"] = response.id
+    if response.parameters:
+        head["parameters"] = response.parameters
+    head["outputs"] = outputs
+    header = _encoder.encode(head)
+    if not blobs:
+        return header, None
+    return b"".join([header, *blobs]), len(header)
+
+
+def _tensor_bytes(tensor: Tensor) -> bytes:
+    if tensor.datatype == "BYTES":
+        return serialize_bytes_tensor(tensor.data)
+    return np.ascontiguousarray(tensor.data).tobytes()
+
+
+def _json_data(tensor: Tensor) -> list[Any]:
+    flat = tensor.data.reshape(-1)
+    if tensor.datatype == "BYTES":
+        return [
+            v.decode("utf-8", errors="backslashreplace") if isinstance(v, bytes) else str(v) for v in flat
+        ]
+    if tensor.datatype == "BF16":
+        return flat.astype(np.float32).tolist()  # type: ignore[no-any-return]
+    return flat.tolist()  # type: ignore[no-any-return]
+
+
+def encode_error(message: str) -> bytes:
+    """Triton's error body: ``{"error": "..."}``."""
+    return _encoder.encode({"error": message})
+
+
+def encode_json(value: Any) -> bytes:
+    return _encoder.encode(value)

@@ -1,0 +1,22 @@
+"""The model repository: Triton's on-disk layout, ``config.pbtxt`` parsing, auto-complete and checks.
+
+    <root>/<model>/config.pbtxt          optional where the backend can auto-complete (ONNX)
+    <root>/<model>/<version>/model.onnx  numeric version directories
+
+:class:`ModelRepository` lists and loads models; a loaded model is a :class:`ModelSource` (completed
+config, versions to load, artifact paths). Every problem is a :class:`ConfigError` that names the
+file, and the line and column where it can.
+"""
+
+from ._errors import ConfigError
+from ._repository import CONFIG_FILENAME, ModelRepository
+from ._source import ModelSource
+from ._validate import DEFAULT_INSTANCE_COUNT
+
+__all__ = [
+    "CONFIG_FILENAME",
+    "DEFAULT_INSTANCE_COUNT",
+    "ConfigError",
+    "ModelRepository",
+    "ModelSource",
+]

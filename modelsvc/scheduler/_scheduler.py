@@ -1,0 +1,400 @@
+"""The queue in front of a model version's instances, with Triton's dynamic batcher semantics.
+
+Each request waits in the queue of its priority level. One dispatcher task hands batches to free
+instances, asking ``plan_batch`` what to send; the batch runs on a worker thread (ONNX Runtime
+releases the GIL, so instances run in parallel). Timeouts are timers set per request, so a
+request is rejected (or delayed) at its deadline, not when the dispatcher next wakes up. A request
+whose caller went away leaves the queue at once and never runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import itertools
+import logging
+
+from collections import deque
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from time import perf_counter_ns
+from typing import Any
+
+import numpy as np
+
+from ..backends import ModelConfig, ModelInstance
+from ..protocol import InternalError, ModelsvcError, Unavailable
+from ._planner import BatchPolicy, Plan, plan_batch
+from ._stats import ModelStats
+
+Arrays = dict[str, np.ndarray[Any, Any]]
+logger = logging.getLogger("modelsvc.scheduler")
+
+
+class TimeoutAction(enum.Enum):
+    REJECT = "REJECT"
+    DELAY = "DELAY"
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePolicy:
+    """Triton's ModelQueuePolicy for one priority level."""
+
+    timeout_action: TimeoutAction = TimeoutAction.REJECT
+    default_timeout_ns: int = 0
+    allow_timeout_override: bool = False
+    max_queue_size: int = 0
+
+    def timeout_ns(self, requested_us: int | None) -> int:
+        """The timeout that applies to a request (0 = none)."""
+        if requested_us is None or requested_us <= 0 or not self.allow_timeout_override:
+            return self.default_timeout_ns
+        requested = requested_us * 1000
+        if self.default_timeout_ns == 0:
+            return requested
+        return min(requested, self.default_timeout_ns)
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    batching: bool
+    """The model takes a batch dimension (max_batch_size > 0)."""
+    dynamic: bool
+    """Requests are batched together (dynamic_batching is present)."""
+    batch: BatchPolicy
+    preserve_ordering: bool = False
+    priority_levels: int = 1
+    default_priority: int = 1
+    policies: tuple[QueuePolicy, ...] = (QueuePolicy(),)
+    """One per priority level, index 0 = level 1."""
+
+    @classmethod
+    def from_model_config(cls, config: ModelConfig) -> SchedulerConfig:
+        batching = config.max_batch_size > 0
+        if not config.HasField("dynamic_batching"):
+            policy = QueuePolicy(allow_timeout_override=True)
+            return cls(batching, False, BatchPolicy(max(config.max_batch_size, 1)), policies=(policy,))
+        db = config.dynamic_batching
+        levels = max(db.priority_levels, 1)
+        default_level = db.default_priority_level if db.priority_levels else 1
+        default_policy = _queue_policy(db.default_queue_policy) if db.HasField("default_queue_policy") else None
+        policies = []
+        for level in range(1, levels + 1):
+            if level in db.priority_queue_policy:
+                policies.append(_queue_policy(db.priority_queue_policy[level]))
+            else:
+                policies.append(default_policy or QueuePolicy())
+        return cls(
+            batching=batching,
+            dynamic=True,
+            batch=BatchPolicy(
+                max_batch_size=config.max_batch_size,
+                preferred_batch_sizes=tuple(sorted(db.preferred_batch_size)),
+                max_queue_delay_ns=db.max_queue_delay_microseconds * 1000,
+            ),
+            preserve_ordering=db.preserve_ordering,
+            priority_levels=levels,
+            default_priority=default_level,
+            policies=tuple(policies),
+        )
+
+
+def _queue_policy(pb: Any) -> QueuePolicy:
+    action = TimeoutAction.DELAY if pb.timeout_action == 1 else TimeoutAction.REJECT
+    return QueuePolicy(
+        timeout_action=action,
+        default_timeout_ns=pb.default_timeout_microseconds * 1000,
+        allow_timeout_override=pb.allow_timeout_override,
+        max_queue_size=pb.max_queue_size,
+    )
+
+
+@dataclass(eq=False, slots=True)
+class WorkItem:
+    """One request waiting for (or in) a batch. Carries its own future."""
+
+    inputs: Arrays
+    outputs: tuple[str, ...]
+    batch_size: int
+    shape_key: Hashable
+    enqueued_ns: int
+    future: asyncio.Future[Arrays]
+    level: int
+    queue: deque[WorkItem] | None = None
+    timer: asyncio.TimerHandle | None = None
+    #: called on the event loop when the batch holding this request starts (tracing hooks)
+    on_start: Callable[[int], None] | None = field(default=None)
+
+
+_Result = tuple[list[Arrays], int, int, int]
+
+
+def _execute_batch(
+    instance: ModelInstance, batch: Sequence[Arrays], output_names: Sequence[str], batching: bool
+) -> _Result:
+    """Runs on a worker thread: gather inputs, execute, scatter outputs. Returns the three durations."""
+    t0 = perf_counter_ns()
+    if len(batch) == 1:
+        merged = batch[0]
+    else:
+        merged = {name: np.concatenate([b[name] for b in batch]) for name in batch[0]}
+    t1 = perf_counter_ns()
+    outputs = instance.execute(merged, output_names)
+    t2 = perf_counter_ns()
+    if len(batch) == 1:
+        parts = [outputs]
+    else:
+        first = next(iter(batch[0]))
+        rows = [b[first].shape[0] for b in batch]
+        total = sum(rows)
+        for name, value in outputs.items():
+            if value.ndim == 0 or value.shape[0] != total:
+                raise InternalError(
+                    f"output '{name}' has shape {list(value.shape)}, expected a batch dimension of {total}"
+                )
+        parts = []
+        start = 0
+        for n in rows:
+            parts.append({name: value[start : start + n] for name, value in outputs.items()})
+            start += n
+    t3 = perf_counter_ns()
+    return parts, t1 - t0, t2 - t1, t3 - t2
+
+
+class Scheduler:
+    """Queues requests for one model version and runs them on its instances."""
+
+    def __init__(
+        self,
+        config: SchedulerConfig,
+        instances: Sequence[ModelInstance],
+        stats: ModelStats,
+        *,
+        model_label: str = "",
+    ) -> None:
+        if not instances:
+            raise ValueError("a scheduler needs at least one instance")
+        self.config = config
+        self.stats = stats
+        self._label = model_label or f"{stats.name}:{stats.version}"
+        self._instances = list(instances)
+        self._levels: list[deque[WorkItem]] = [deque() for _ in range(config.priority_levels)]
+        self._delayed: list[deque[WorkItem]] = [deque() for _ in range(config.priority_levels)]
+        self._queued = 0
+        self._wake = asyncio.Event()
+        self._free: asyncio.Queue[ModelInstance] = asyncio.Queue()
+        for inst in self._instances:
+            self._free.put_nowait(inst)
+        self._executor = ThreadPoolExecutor(
+            max_workers=len(self._instances), thread_name_prefix=f"modelsvc-{stats.name}"
+        )
+        self._running: set[asyncio.Task[None]] = set()
+        self._closing = False
+        self._dispatcher: asyncio.Task[None] | None = None
+        # preserve_ordering: results are released in dispatch order
+        self._dispatch_seq = itertools.count()
+        self._release_next = 0
+        self._ready_results: dict[int, Callable[[], None]] = {}
+
+    # -- public ---------------------------------------------------------------------------------
+    @property
+    def pending_count(self) -> int:
+        """Requests in the queue, not yet in a running batch."""
+        return self._queued
+
+    def start(self) -> None:
+        if self._dispatcher is None:
+            self._dispatcher = asyncio.get_running_loop().create_task(self._dispatch())
+
+    async def infer(
+        self,
+        inputs: Arrays,
+        outputs: Sequence[str],
+        *,
+        priority: int = 0,
+        timeout_us: int | None = None,
+        on_start: Callable[[int], None] | None = None,
+    ) -> Arrays:
+        """Queue a request and wait for its outputs (all the model's outputs in ``outputs``)."""
+        item = self._enqueue(inputs, outputs, priority, timeout_us, on_start)
+        try:
+            return await item.future
+        except asyncio.CancelledError:
+            self._withdraw(item)
+            raise
+
+    async def close(self) -> None:
+        """Stop taking requests, finish those queued and running, release the instances."""
+        self._closing = True
+        self._wake.set()
+        if self._dispatcher is not None:
+            await self._dispatcher
+        while self._running:
+            await asyncio.gather(*list(self._running), return_exceptions=True)
+        self._executor.shutdown(wait=True)
+        for inst in self._instances:
+            inst.close()
+
+    # -- queueing -------------------------------------------------------------------------------
+    def _enqueue(
+        self,
+        inputs: Arrays,
+        outputs: Sequence[str],
+        priority: int,
+        timeout_us: int | None,
+        on_start: Callable[[int], None] | None,
+    ) -> WorkItem:
+        if self._closing:
+            raise Unavailable(f"model '{self._label}' is shutting down")
+        cfg = self.config
+        level = priority if 1 <= priority <= cfg.priority_levels else cfg.default_priority
+        policy = cfg.policies[level - 1]
+        queue = self._levels[level - 1]
+        if policy.max_queue_size and len(queue) + len(self._delayed[level - 1]) >= policy.max_queue_size:
+            raise Unavailable(
+                f"Exceeds maximum queue size of {policy.max_queue_size} for model '{self._label}'"
+            )
+        if cfg.batching:
+            batch_size = next(iter(inputs.values())).shape[0]
+            shape_key: Hashable = tuple((n, a.shape[1:]) for n, a in inputs.items()) if cfg.dynamic else None
+        else:
+            batch_size, shape_key = 1, None
+        loop = asyncio.get_running_loop()
+        item = WorkItem(
+            inputs=inputs,
+            outputs=tuple(outputs),
+            batch_size=batch_size,
+            shape_key=shape_key,
+            enqueued_ns=perf_counter_ns(),
+            future=loop.create_future(),
+            level=level,
+            queue=queue,
+            on_start=on_start,
+        )
+        timeout_ns = policy.timeout_ns(timeout_us)
+        if timeout_ns:
+            item.timer = loop.call_later(timeout_ns / 1e9, self._expire, item, policy.timeout_action)
+        queue.append(item)
+        self._queued += 1
+        self._wake.set()
+        return item
+
+    def _withdraw(self, item: WorkItem) -> None:
+        """The caller went away: drop the request if it has not started."""
+        if item.queue is not None:
+            item.queue.remove(item)
+            item.queue = None
+            self._queued -= 1
+        if item.timer is not None:
+            item.timer.cancel()
+
+    def _expire(self, item: WorkItem, action: TimeoutAction) -> None:
+        if item.queue is None:  # already running
+            return
+        if action is TimeoutAction.DELAY:
+            item.queue.remove(item)
+            item.queue = self._delayed[item.level - 1]
+            item.queue.append(item)
+            item.timer = None
+            return
+        self._withdraw(item)
+        if not item.future.done():
+            item.future.set_exception(Unavailable("Request timeout expired"))
+
+    def _in_order(self) -> Iterator[WorkItem]:
+        return itertools.chain(*self._levels, *self._delayed)
+
+    def _plan(self) -> Plan:
+        if not self._queued:
+            return Plan(0, None)
+        if not self.config.dynamic:
+            return Plan(1)
+        return plan_batch(self._in_order(), self.config.batch, perf_counter_ns())
+
+    def _take(self, count: int) -> list[WorkItem]:
+        taken: list[WorkItem] = []
+        for queue in (*self._levels, *self._delayed):
+            while queue and len(taken) < count:
+                item = queue.popleft()
+                item.queue = None
+                if item.timer is not None:
+                    item.timer.cancel()
+                    item.timer = None
+                taken.append(item)
+            if len(taken) == count:
+                break
+        self._queued -= len(taken)
+        return taken
+
+    # -- dispatching ----------------------------------------------------------------------------
+    async def _dispatch(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            instance = await self._free.get()
+            while True:
+                self._wake.clear()
+                plan = self._plan()
+                if plan.take:
+                    break
+                if self._closing and not self._queued:
+                    self._free.put_nowait(instance)
+                    return
+                if plan.wait_ns is None:
+                    await self._wake.wait()
+                else:
+                    handle = loop.call_later(plan.wait_ns / 1e9, self._wake.set)
+                    await self._wake.wait()
+                    handle.cancel()
+            items = self._take(plan.take)
+            task = loop.create_task(self._run(instance, items, next(self._dispatch_seq)))
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
+
+    async def _run(self, instance: ModelInstance, items: list[WorkItem], seq: int) -> None:
+        loop = asyncio.get_running_loop()
+        start_ns = perf_counter_ns()
+        rows = sum(i.batch_size for i in items)
+        for item in items:
+            if item.on_start is not None:
+                item.on_start(rows)
+        names = tuple(dict.fromkeys(itertools.chain.from_iterable(i.outputs for i in items)))
+        try:
+            parts, in_ns, infer_ns, out_ns = await loop.run_in_executor(
+                self._executor,
+                _execute_batch,
+                instance,
+                [i.inputs for i in items],
+                names,
+                self.config.batching,
+            )
+        except Exception as exc:
+            if isinstance(exc, ModelsvcError) and not isinstance(exc, InternalError):
+                error: ModelsvcError = exc
+            else:
+                logger.error("model %s failed to execute a batch of %d", self._label, rows, exc_info=exc)
+                error = InternalError(f"model '{self._label}' failed to execute the request")
+
+            def resolve() -> None:
+                for item in items:
+                    if not item.future.done():
+                        item.future.set_exception(error)
+        else:
+            self.stats.record_execution(rows, in_ns, infer_ns, out_ns)
+
+            def resolve() -> None:
+                for item, outputs in zip(items, parts, strict=True):
+                    self.stats.record_request(start_ns - item.enqueued_ns, in_ns, infer_ns, out_ns)
+                    if not item.future.done():
+                        item.future.set_result(outputs)
+        finally:
+            self._free.put_nowait(instance)
+        if self.config.preserve_ordering and len(self._instances) > 1:
+            self._ready_results[seq] = resolve
+            while self._release_next in self._ready_results:
+                self._ready_results.pop(self._release_next)()
+                self._release_next += 1
+        else:
+            resolve()
+
+

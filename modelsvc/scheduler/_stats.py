@@ -1,0 +1,96 @@
+"""Per model-version statistics, in the shape of Triton's statistics extension.
+
+Updated only from the event loop thread, so plain integers suffice; the metrics endpoint and
+``GET .../stats`` read them when asked, which keeps the hot path free of locks.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(slots=True)
+class Duration:
+    count: int = 0
+    ns: int = 0
+
+    def add(self, ns: int, count: int = 1) -> None:
+        self.count += count
+        self.ns += ns
+
+    def as_json(self) -> dict[str, int]:
+        return {"count": self.count, "ns": self.ns}
+
+
+@dataclass(slots=True)
+class BatchStat:
+    compute_input: Duration = field(default_factory=Duration)
+    compute_infer: Duration = field(default_factory=Duration)
+    compute_output: Duration = field(default_factory=Duration)
+
+
+@dataclass(slots=True)
+class ModelStats:
+    name: str
+    version: str
+    last_inference_ms: int = 0
+    inference_count: int = 0
+    execution_count: int = 0
+    success: Duration = field(default_factory=Duration)
+    fail: Duration = field(default_factory=Duration)
+    queue: Duration = field(default_factory=Duration)
+    compute_input: Duration = field(default_factory=Duration)
+    compute_infer: Duration = field(default_factory=Duration)
+    compute_output: Duration = field(default_factory=Duration)
+    batches: dict[int, BatchStat] = field(default_factory=dict)
+
+    def record_execution(self, batch_size: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
+        """One batch ran: ``batch_size`` inferences in one execution."""
+        self.execution_count += 1
+        self.inference_count += batch_size
+        self.last_inference_ms = time.time_ns() // 1_000_000
+        stat = self.batches.get(batch_size)
+        if stat is None:
+            stat = self.batches[batch_size] = BatchStat()
+        stat.compute_input.add(input_ns)
+        stat.compute_infer.add(infer_ns)
+        stat.compute_output.add(output_ns)
+
+    def record_request(self, queue_ns: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
+        """One request of a batch: its own wait, and the batch's compute times (as Triton counts them)."""
+        self.queue.add(queue_ns)
+        self.compute_input.add(input_ns)
+        self.compute_infer.add(infer_ns)
+        self.compute_output.add(output_ns)
+
+    def as_json(self) -> dict[str, Any]:
+        zero = {"count": 0, "ns": 0}
+        return {
+            "name": self.name,
+            "version": self.version,
+            "last_inference": self.last_inference_ms,
+            "inference_count": self.inference_count,
+            "execution_count": self.execution_count,
+            "inference_stats": {
+                "success": self.success.as_json(),
+                "fail": self.fail.as_json(),
+                "queue": self.queue.as_json(),
+                "compute_input": self.compute_input.as_json(),
+                "compute_infer": self.compute_infer.as_json(),
+                "compute_output": self.compute_output.as_json(),
+                "cache_hit": zero,
+                "cache_miss": zero,
+            },
+            "batch_stats": [
+                {
+                    "batch_size": size,
+                    "compute_input": s.compute_input.as_json(),
+                    "compute_infer": s.compute_infer.as_json(),
+                    "compute_output": s.compute_output.as_json(),
+                }
+                for size, s in sorted(self.batches.items())
+            ],
+            "memory_usage": [],
+        }

@@ -1,0 +1,20 @@
+"""The model server: one data plane under the HTTP transport (gRPC follows), metrics, and the runner."""
+
+from ._dataplane import DataPlane
+from ._http import create_http_app
+from ._metrics import Metrics
+from ._models import ModelEntry, ModelManager, ModelVersion, TensorSpec
+from ._serve import ServeOptions, create_metrics_app, serve
+
+__all__ = [
+    "DataPlane",
+    "Metrics",
+    "ModelEntry",
+    "ModelManager",
+    "ModelVersion",
+    "ServeOptions",
+    "TensorSpec",
+    "create_http_app",
+    "create_metrics_app",
+    "serve",
+]

@@ -1,0 +1,230 @@
+"""The one data plane under every transport: HTTP and gRPC handlers only decode, call this, and encode."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import numpy as np
+
+from .. import __version__
+from ..protocol import (
+    InferRequest,
+    InferResponse,
+    InvalidArgument,
+    ModelsvcError,
+    NotFound,
+    Tensor,
+    Unavailable,
+)
+from ._models import ModelManager, ModelVersion, TensorSpec
+from ._pbjson import message_to_json
+
+EXTENSIONS = [
+    "binary_tensor_data",
+    "parameters",
+    "statistics",
+    "model_configuration",
+    "model_repository",
+    "schedule_policy",
+]
+
+
+class DataPlane:
+    def __init__(self, models: ModelManager) -> None:
+        self.models = models
+        self.accepting = False
+        """False until every model that should load has been loaded (or has failed)."""
+        self.draining = False
+        """True once shutdown began: not ready any more, in-flight requests still finish."""
+
+    # -- health and metadata ----------------------------------------------------------------------
+    def live(self) -> bool:
+        return True
+
+    def ready(self) -> bool:
+        return self.accepting and not self.draining and self.models.all_ready()
+
+    def server_metadata(self) -> dict[str, Any]:
+        return {"name": "modelsvc", "version": __version__, "extensions": EXTENSIONS}
+
+    def model_ready(self, name: str, version: str | None = None) -> bool:
+        try:
+            self.models.get(name, version)
+        except ModelsvcError:
+            return False
+        return True
+
+    def model_metadata(self, name: str, version: str | None = None) -> dict[str, Any]:
+        entry = self.models.entry(name)
+        mv = self.models.get(name, version)
+        batch = (-1,) if mv.max_batch_size > 0 else ()
+        return {
+            "name": name,
+            "versions": [str(v) for v in sorted(entry.versions)],
+            "platform": mv.config.platform or mv.config.backend,
+            "inputs": [_tensor_meta(s, batch) for s in mv.inputs.values()],
+            "outputs": [_tensor_meta(s, batch) for s in mv.outputs.values()],
+        }
+
+    def model_config(self, name: str, version: str | None = None) -> dict[str, Any]:
+        entry = self.models.entry(name)
+        if version or entry.config is None:
+            return message_to_json(self.models.get(name, version).config)
+        return message_to_json(entry.config)
+
+    def statistics(self, name: str | None = None, version: str | None = None) -> dict[str, Any]:
+        if name:
+            entry = self.models.entry(name)
+            if version:
+                chosen = [self.models.get(name, version)]
+            else:
+                chosen = [entry.versions[v] for v in sorted(entry.versions)]
+        else:
+            chosen = list(self.models.loaded())
+        return {"model_stats": [mv.stats.as_json() for mv in chosen]}
+
+    def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for name in sorted(self.models.models):
+            entry = self.models.models[name]
+            rows: list[dict[str, Any]] = [
+                {"name": name, "version": str(v), "state": "READY"} for v in sorted(entry.versions)
+            ]
+            rows += [
+                {"name": name, "version": str(v), "state": "UNAVAILABLE", "reason": reason}
+                for v, reason in sorted(entry.failed.items())
+            ]
+            if not entry.versions and not entry.failed:
+                rows.append({"name": name, "state": entry.state, "reason": entry.reason})
+            out += [r for r in rows if not ready_only or r["state"] == "READY"]
+        return out
+
+    # -- inference ------------------------------------------------------------------------------
+    async def infer(self, name: str, version: str | None, request: InferRequest) -> InferResponse:
+        start = time.perf_counter_ns()
+        if not self.accepting:
+            raise Unavailable("the server is not accepting inference requests (starting or shutting down)")
+        mv = self.models.get(name, version)
+        try:
+            inputs = _check_inputs(mv, request)
+            wanted = _requested_outputs(mv, request)
+            params = request.parameters
+            outputs = await mv.scheduler.infer(
+                inputs,
+                wanted,
+                priority=_int_param(params, "priority"),
+                timeout_us=_int_param(params, "timeout") or None,
+            )
+            response = InferResponse(
+                model_name=name,
+                model_version=str(mv.version),
+                outputs=[_output_tensor(mv.outputs[n], outputs, n, mv.max_batch_size > 0) for n in wanted],
+                id=request.id,
+            )
+        except BaseException:
+            mv.stats.fail.add(time.perf_counter_ns() - start)
+            raise
+        mv.stats.success.add(time.perf_counter_ns() - start)
+        return response
+
+
+def _tensor_meta(spec: TensorSpec, batch: tuple[int, ...]) -> dict[str, Any]:
+    return {"name": spec.name, "datatype": spec.datatype, "shape": [*batch, *spec.dims]}
+
+
+def _int_param(params: dict[str, Any], key: str) -> int:
+    value = params.get(key, 0)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidArgument(f"request parameter '{key}' must be a non-negative integer, got {value!r}")
+    return value
+
+
+def _shape_matches(shape: tuple[int, ...], dims: tuple[int, ...]) -> bool:
+    return len(shape) == len(dims) and all(d == -1 or d == s for s, d in zip(shape, dims, strict=True))
+
+
+def _check_inputs(mv: ModelVersion, request: InferRequest) -> dict[str, np.ndarray[Any, Any]]:
+    """The request's inputs as the model takes them; every disagreement names the tensor."""
+    arrays: dict[str, np.ndarray[Any, Any]] = {}
+    batching = mv.max_batch_size > 0
+    batch_size = None
+    for tensor in request.inputs:
+        spec = mv.inputs.get(tensor.name)
+        if spec is None:
+            raise InvalidArgument(
+                f"unexpected inference input '{tensor.name}' for model '{mv.name}', "
+                f"expected one of {sorted(mv.inputs)}"
+            )
+        if tensor.name in arrays:
+            raise InvalidArgument(f"input '{tensor.name}' appears more than once in the request")
+        if tensor.datatype != spec.datatype:
+            raise InvalidArgument(
+                f"inference input '{tensor.name}' data-type is '{tensor.datatype}', "
+                f"but model '{mv.name}' expects '{spec.datatype}'"
+            )
+        shape = tensor.shape
+        expected = [-1, *spec.dims] if batching else list(spec.dims)
+        if batching:
+            if not shape or not _shape_matches(shape[1:], spec.dims) or shape[0] < 1:
+                raise InvalidArgument(
+                    f"unexpected shape for input '{tensor.name}' for model '{mv.name}'. "
+                    f"Expected {expected}, got {list(shape)}"
+                )
+            if shape[0] > mv.max_batch_size:
+                raise InvalidArgument(
+                    f"inference request batch-size must be <= {mv.max_batch_size} for '{mv.name}', "
+                    f"input '{tensor.name}' has batch size {shape[0]}"
+                )
+            if batch_size is None:
+                batch_size = shape[0]
+            elif shape[0] != batch_size:
+                raise InvalidArgument(
+                    f"input '{tensor.name}' has batch size {shape[0]}, other inputs have {batch_size}"
+                )
+        elif not _shape_matches(shape, spec.dims):
+            raise InvalidArgument(
+                f"unexpected shape for input '{tensor.name}' for model '{mv.name}'. "
+                f"Expected {expected}, got {list(shape)}"
+            )
+        data = tensor.data
+        if spec.reshape is not None:
+            data = data.reshape(((shape[0],) if batching else ()) + spec.reshape)
+        arrays[tensor.name] = data
+    missing = [n for n, s in mv.inputs.items() if n not in arrays and not s.optional]
+    if missing:
+        raise InvalidArgument(
+            f"expected {len(mv.inputs)} inputs but got {len(arrays)} inputs for model '{mv.name}'. "
+            f"Got input(s) {sorted(arrays)}, but missing required input(s) {missing}. "
+            "Please provide all required input(s)."
+        )
+    return arrays
+
+
+def _requested_outputs(mv: ModelVersion, request: InferRequest) -> list[str]:
+    if request.outputs is None or not request.outputs:
+        return list(mv.outputs)
+    names = []
+    for out in request.outputs:
+        if out.name not in mv.outputs:
+            raise InvalidArgument(
+                f"unexpected inference output '{out.name}' for model '{mv.name}', "
+                f"expected one of {sorted(mv.outputs)}"
+            )
+        names.append(out.name)
+    return names
+
+
+def _output_tensor(
+    spec: TensorSpec, outputs: dict[str, np.ndarray[Any, Any]], name: str, batching: bool
+) -> Tensor:
+    data = outputs.get(name)
+    if data is None:
+        raise NotFound(f"model did not produce output '{name}'")
+    if spec.reshape is not None:
+        lead = (data.shape[0],) if batching else ()
+        want = lead + spec.dims
+        if -1 not in spec.dims and math.prod(want) == data.size:
+            data = data.reshape(want)
+    return Tensor(name, spec.datatype, tuple(data.shape), data)

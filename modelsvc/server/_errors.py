@@ -1,0 +1,22 @@
+"""Error kinds to transport status codes: one table per transport, as Triton maps them."""
+
+from __future__ import annotations
+
+from ..protocol import ErrorKind, ModelsvcError
+
+HTTP_STATUS: dict[ErrorKind, int] = {
+    ErrorKind.INVALID_ARGUMENT: 400,
+    ErrorKind.NOT_FOUND: 404,
+    ErrorKind.UNAVAILABLE: 503,
+    ErrorKind.UNSUPPORTED: 400,
+    ErrorKind.INTERNAL: 500,
+}
+
+INTERNAL_MESSAGE = "internal server error; see the server log"
+
+
+def http_error(exc: BaseException) -> tuple[int, str]:
+    """Status and client-facing message; unexpected errors never show their detail."""
+    if isinstance(exc, ModelsvcError):
+        return HTTP_STATUS[exc.kind], exc.message
+    return 500, INTERNAL_MESSAGE

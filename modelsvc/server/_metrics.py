@@ -1,0 +1,92 @@
+"""Prometheus metrics with Triton's names.
+
+Triton's counters carry bare names (``nv_inference_request_success``, not ``..._total``), and the
+dashboards and autoscaling queries teams already run use them. prometheus-client's exposition adds
+``_total`` to every counter, so the nv_* families are written here from prometheus-client's
+metric families, while the process collectors go through prometheus-client unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector, generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.utils import floatToGoString
+
+from ._models import ModelManager, ModelVersion
+
+_LABELS = ("model", "version")
+
+#: (name, help, reads the value from a loaded model version) — all counters
+_COUNTERS: tuple[tuple[str, str, Callable[[ModelVersion], float]], ...] = (
+    ("nv_inference_request_success", "Number of successful inference requests, all batch sizes",
+     lambda mv: mv.stats.success.count),
+    ("nv_inference_request_failure", "Number of failed inference requests, all batch sizes",
+     lambda mv: mv.stats.fail.count),
+    ("nv_inference_count", "Number of inferences performed (does not include cached requests)",
+     lambda mv: mv.stats.inference_count),
+    ("nv_inference_exec_count", "Number of model executions performed (does not include cached requests)",
+     lambda mv: mv.stats.execution_count),
+    ("nv_inference_request_duration_us", "Cumulative inference request duration in microseconds",
+     lambda mv: (mv.stats.success.ns + mv.stats.fail.ns) // 1000),
+    ("nv_inference_queue_duration_us", "Cumulative inference queuing duration in microseconds",
+     lambda mv: mv.stats.queue.ns // 1000),
+    ("nv_inference_compute_input_duration_us", "Cumulative compute input duration in microseconds",
+     lambda mv: mv.stats.compute_input.ns // 1000),
+    ("nv_inference_compute_infer_duration_us", "Cumulative compute inference duration in microseconds",
+     lambda mv: mv.stats.compute_infer.ns // 1000),
+    ("nv_inference_compute_output_duration_us", "Cumulative inference compute output duration in microseconds",
+     lambda mv: mv.stats.compute_output.ns // 1000),
+)
+
+
+def model_families(models: ModelManager) -> list[Metric]:
+    """The nv_* families (and modelsvc's own additions) for every loaded model version."""
+    loaded = list(models.loaded())
+    families = []
+    for name, doc, read in _COUNTERS:
+        family = Metric(name, doc, "counter")
+        for mv in loaded:
+            family.add_sample(name, {"model": mv.name, "version": str(mv.version)}, float(read(mv)))
+        families.append(family)
+    pending = Metric("nv_inference_pending_request_count",
+                     "Instantaneous number of pending requests awaiting execution per-model.", "gauge")
+    providers = Metric("modelsvc_model_execution_provider",
+                       "Execution provider that really runs each model version (1 = in use)", "gauge")
+    for mv in loaded:
+        labels = {"model": mv.name, "version": str(mv.version)}
+        pending.add_sample(pending.name, labels, float(mv.scheduler.pending_count))
+        for provider in mv.providers:
+            providers.add_sample(providers.name, {**labels, "provider": provider}, 1.0)
+    return [*families, pending, providers]
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+
+
+def render_families(families: Iterable[Metric]) -> bytes:
+    """Prometheus text format, with each family's name exactly as given."""
+    lines: list[str] = []
+    for family in families:
+        lines.append(f"# HELP {family.name} {family.documentation}")
+        lines.append(f"# TYPE {family.name} {family.type}")
+        for sample in family.samples:
+            labels = ",".join(f'{k}="{_escape(v)}"' for k, v in sample.labels.items())
+            label_text = f"{{{labels}}}" if labels else ""
+            lines.append(f"{sample.name}{label_text} {floatToGoString(sample.value)}")
+    return ("\n".join(lines) + "\n").encode()
+
+
+class Metrics:
+    """What ``GET /metrics`` on the metrics port answers."""
+
+    def __init__(self, models: ModelManager) -> None:
+        self.models = models
+        self.process_registry = CollectorRegistry(auto_describe=True)
+        ProcessCollector(registry=self.process_registry)
+        PlatformCollector(registry=self.process_registry)
+
+    def render(self) -> bytes:
+        return render_families(model_families(self.models)) + generate_latest(self.process_registry)
