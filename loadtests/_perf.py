@@ -196,9 +196,7 @@ def _parse_stdout(output: str, concurrency: int) -> LoadResult | None:
     p99 = re.search(r"p99 latency: (\d+) usec", output)
     if not (thr and p50 and p99):
         return None
-    return LoadResult(
-        concurrency, float(thr[1]), int(p50[1]) / 1000.0, int(p99[1]) / 1000.0, tool="perf_analyzer"
-    )
+    return LoadResult(concurrency, float(thr[1]), int(p50[1]) / 1000.0, int(p99[1]) / 1000.0, tool="perf_analyzer")
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -173,13 +173,10 @@ def run_modelsvc(workdir: Path, use_perf: bool, parts: set[str], rows: list[Row]
     try:
         points: list[tuple[str, str, int, list[Input], list[str], Path | None]] = []
         if "a" in parts:
-            points += [
-                ("a", "identity", c, identity_inputs(), ["OUTPUT0"], None) for c in IDENTITY_CONCURRENCY
-            ]
+            points += [("a", "identity", c, identity_inputs(), ["OUTPUT0"], None) for c in IDENTITY_CONCURRENCY]
         if "b" in parts:
             points += [
-                ("b", name, TOK_CONCURRENCY, tok_in, ["logits"], tok_json)
-                for name in ("tok_batched", "tok_unbatched")
+                ("b", name, TOK_CONCURRENCY, tok_in, ["logits"], tok_json) for name in ("tok_batched", "tok_unbatched")
             ]
         for part, model, conc, inputs, outputs, data in points:
             label = f"{model} c={conc}"
@@ -187,9 +184,7 @@ def run_modelsvc(workdir: Path, use_perf: bool, parts: set[str], rows: list[Row]
                 res = measure(server, model, conc, inputs, outputs, workdir, use_perf, data)
                 rows.append(Row(part, "modelsvc", label, res))
             except Exception as exc:
-                rows.append(
-                    Row(part, "modelsvc", label, None, f"{exc}\n--- server log ---\n{server.log_tail(1500)}")
-                )
+                rows.append(Row(part, "modelsvc", label, None, f"{exc}\n--- server log ---\n{server.log_tail(1500)}"))
     finally:
         server_cm.__exit__(None, None, None)
 
@@ -203,9 +198,7 @@ def run_triton(workdir: Path, use_perf: bool, rows: list[Row]) -> None:
     _servers.write_triton_identity(repo, "identity", IDENTITY_CONFIG.format(engine='backend: "python"'))
     try:
         with _servers.triton_server(repo, workdir) as server:
-            res = measure(
-                server, "identity", TRITON_CONCURRENCY, identity_inputs(), ["OUTPUT0"], workdir, use_perf
-            )
+            res = measure(server, "identity", TRITON_CONCURRENCY, identity_inputs(), ["OUTPUT0"], workdir, use_perf)
             rows.append(Row("a'", "triton 2.51", label, res))
     except Exception as exc:
         rows.append(Row("a'", "triton 2.51", label, None, str(exc)))
@@ -253,15 +246,11 @@ def print_load_table(rows: list[Row]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m loadtests.bench_core", description=__doc__.splitlines()[0]
-    )
+    parser = argparse.ArgumentParser(prog="python -m loadtests.bench_core", description=__doc__.splitlines()[0])
     parser.add_argument(
         "--parts", default="a,a',b,c", help="comma-separated subset of a, a2 (= a'), b, c (default all)"
     )
-    parser.add_argument(
-        "--python-load", action="store_true", help="use the Python load generator, not perf_analyzer"
-    )
+    parser.add_argument("--python-load", action="store_true", help="use the Python load generator, not perf_analyzer")
     args = parser.parse_args(argv)
     parts = {p.strip().replace("a2", "a'") for p in args.parts.split(",") if p.strip()}
 

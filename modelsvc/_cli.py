@@ -52,16 +52,43 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--metrics-port", type=_port, default=8002)
     for flag, default in (("--allow-http", True), ("--allow-grpc", True), ("--allow-metrics", True)):
         s.add_argument(flag, type=_bool, default=default, nargs="?", const=True, metavar="BOOL")
-    s.add_argument("--strict-model-config", type=_bool, default=False, nargs="?", const=True, metavar="BOOL",
-                   help="require a complete config.pbtxt (no auto-complete)")
-    s.add_argument("--disable-auto-complete-config", action="store_true",
-                   help="never fill a model's config from its file")
-    s.add_argument("--exit-on-error", type=_bool, default=True, nargs="?", const=True, metavar="BOOL",
-                   help="exit when a model fails to load (default true)")
-    s.add_argument("--http-max-input-size", type=int, default=64 * 1024 * 1024, metavar="BYTES",
-                   help="largest request body taken; larger ones get 413")
-    s.add_argument("--exit-timeout-secs", type=int, default=30, metavar="SECS",
-                   help="how long shutdown waits for in-flight requests")
+    s.add_argument(
+        "--strict-model-config",
+        type=_bool,
+        default=False,
+        nargs="?",
+        const=True,
+        metavar="BOOL",
+        help="require a complete config.pbtxt (no auto-complete)",
+    )
+    s.add_argument(
+        "--disable-auto-complete-config",
+        action="store_true",
+        help="never fill a model's config from its file",
+    )
+    s.add_argument(
+        "--exit-on-error",
+        type=_bool,
+        default=True,
+        nargs="?",
+        const=True,
+        metavar="BOOL",
+        help="exit when a model fails to load (default true)",
+    )
+    s.add_argument(
+        "--http-max-input-size",
+        type=int,
+        default=64 * 1024 * 1024,
+        metavar="BYTES",
+        help="largest request body taken; larger ones get 413",
+    )
+    s.add_argument(
+        "--exit-timeout-secs",
+        type=int,
+        default=30,
+        metavar="SECS",
+        help="how long shutdown waits for in-flight requests",
+    )
     s.add_argument("--log-verbose", type=int, default=0, metavar="N")
     return parser
 

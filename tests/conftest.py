@@ -8,13 +8,31 @@ import pytest
 from tests import onnx_models as om
 from tests._server import ModelsvcProcess
 
-DTYPES = ["BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64",
-          "FP16", "FP32", "FP64", "BYTES"]
+DTYPES = [
+    "BOOL",
+    "UINT8",
+    "UINT16",
+    "UINT32",
+    "UINT64",
+    "INT8",
+    "INT16",
+    "INT32",
+    "INT64",
+    "FP16",
+    "FP32",
+    "FP64",
+    "BYTES",
+]
 _CONFIG_TYPE = {d: f"TYPE_{'STRING' if d == 'BYTES' else d}" for d in DTYPES}
 
 
-def identity_config(name: str, datatype: str = "FP32", extra: str = "dynamic_batching { }",
-                    max_batch_size: int = 8, dims: str = "16") -> str:
+def identity_config(
+    name: str,
+    datatype: str = "FP32",
+    extra: str = "dynamic_batching { }",
+    max_batch_size: int = 8,
+    dims: str = "16",
+) -> str:
     t = _CONFIG_TYPE[datatype]
     return f"""name: "{name}"
 platform: "onnxruntime_onnx"
@@ -37,33 +55,54 @@ TIMED = """dynamic_batching {
 }"""
 
 
+BOUNDED = """dynamic_batching {
+  max_queue_delay_microseconds: 60000000
+  default_queue_policy { max_queue_size: 1 }
+}"""
+
+
 def build_main_repository(repo: Path) -> Path:
     om.write_model(repo, "identity", om.identity(), identity_config("identity"))
-    om.write_model(repo, "add_sub", om.add_sub(), """name: "add_sub"
+    om.write_model(
+        repo,
+        "add_sub",
+        om.add_sub(),
+        """name: "add_sub"
 backend: "onnxruntime"
 max_batch_size: 8
 input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] }, { name: "INPUT1" data_type: TYPE_FP32 dims: [ 16 ] } ]
 output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] }, { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 16 ] } ]
 dynamic_batching { }
-""")
+""",
+    )
     om.write_model(repo, "auto_add_sub", om.add_sub(), None)
     for dt in DTYPES:
         name = f"identity_{dt.lower()}"
         om.write_model(repo, name, om.identity(dt, ["batch", 4]), identity_config(name, dt, dims="4"))
-    om.write_model(repo, "token", om.token_classifier(layers=1), """name: "token"
+    om.write_model(
+        repo,
+        "token",
+        om.token_classifier(layers=1),
+        """name: "token"
 backend: "onnxruntime"
 max_batch_size: 8
 input [ { name: "input_ids" data_type: TYPE_INT64 dims: [ -1 ] },
         { name: "attention_mask" data_type: TYPE_INT64 dims: [ -1 ] } ]
 output [ { name: "logits" data_type: TYPE_FP32 dims: [ 4 ] } ]
 dynamic_batching { max_queue_delay_microseconds: 1000 }
-""")
-    om.write_model(repo, "nobatch", om.identity(dims=[16]),
-                   identity_config("nobatch", extra="", max_batch_size=0))
-    om.write_model(repo, "versioned", om.identity(), identity_config(
-        "versioned", extra="version_policy { latest { num_versions: 2 } }"), versions=(1, 2, 3))
+""",
+    )
+    om.write_model(repo, "nobatch", om.identity(dims=[16]), identity_config("nobatch", extra="", max_batch_size=0))
+    om.write_model(
+        repo,
+        "versioned",
+        om.identity(),
+        identity_config("versioned", extra="version_policy { latest { num_versions: 2 } }"),
+        versions=(1, 2, 3),
+    )
     om.write_model(repo, "held", om.identity(), identity_config("held", extra=HELD))
     om.write_model(repo, "timed", om.identity(), identity_config("timed", extra=TIMED))
+    om.write_model(repo, "bounded", om.identity(), identity_config("bounded", extra=BOUNDED))
     return repo
 
 

@@ -61,7 +61,10 @@ def add_sub(dims: list[int | str] | None = None) -> onnx.ModelProto:
         ],
         "add_sub",
         [helper.make_tensor_value_info("INPUT0", f, dims), helper.make_tensor_value_info("INPUT1", f, dims)],
-        [helper.make_tensor_value_info("OUTPUT0", f, dims), helper.make_tensor_value_info("OUTPUT1", f, dims)],
+        [
+            helper.make_tensor_value_info("OUTPUT0", f, dims),
+            helper.make_tensor_value_info("OUTPUT1", f, dims),
+        ],
     )
     return _model(graph)
 

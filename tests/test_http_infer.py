@@ -75,8 +75,10 @@ def test_add_sub_binary_and_json(client, binary):
     b = np.ones((2, 16), np.float32)
     outputs = [httpclient.InferRequestedOutput(n, binary_data=binary) for n in ("OUTPUT0", "OUTPUT1")]
     result = client.infer(
-        "add_sub", [infer_input("INPUT0", a, binary), infer_input("INPUT1", b, binary)],
-        outputs=outputs, request_id="req-7",
+        "add_sub",
+        [infer_input("INPUT0", a, binary), infer_input("INPUT1", b, binary)],
+        outputs=outputs,
+        request_id="req-7",
     )
     assert np.array_equal(result.as_numpy("OUTPUT0"), a + b)
     assert np.array_equal(result.as_numpy("OUTPUT1"), a - b)
@@ -89,7 +91,8 @@ def test_add_sub_binary_and_json(client, binary):
 def test_requested_output_subset(client):
     a = np.ones((1, 16), np.float32)
     result = client.infer(
-        "add_sub", [infer_input("INPUT0", a), infer_input("INPUT1", a)],
+        "add_sub",
+        [infer_input("INPUT0", a), infer_input("INPUT1", a)],
         outputs=[httpclient.InferRequestedOutput("OUTPUT1")],
     )
     assert result.as_numpy("OUTPUT0") is None
@@ -154,8 +157,9 @@ def test_version_policy_latest_two(client):
     assert meta["versions"] == ["2", "3"]
     a = np.ones((1, 16), np.float32)
     assert client.infer("versioned", [infer_input("INPUT0", a)]).get_response()["model_version"] == "3"
-    assert client.infer("versioned", [infer_input("INPUT0", a)], model_version="2").get_response()[
-        "model_version"] == "2"
+    assert (
+        client.infer("versioned", [infer_input("INPUT0", a)], model_version="2").get_response()["model_version"] == "2"
+    )
     with pytest.raises(InferenceServerException) as info:
         client.infer("versioned", [infer_input("INPUT0", a)], model_version="1")
     assert info.value.status() == "404"
@@ -167,8 +171,10 @@ async def test_concurrent_requests_are_batched_by_aio_client(server):
         ids = np.ones((1, 32), np.int64)
 
         async def one(i: int):
-            inputs = [aioclient.InferInput("input_ids", [1, 32], "INT64"),
-                      aioclient.InferInput("attention_mask", [1, 32], "INT64")]
+            inputs = [
+                aioclient.InferInput("input_ids", [1, 32], "INT64"),
+                aioclient.InferInput("attention_mask", [1, 32], "INT64"),
+            ]
             inputs[0].set_data_from_numpy(ids * i)
             inputs[1].set_data_from_numpy(np.ones_like(ids))
             return (await c.infer("token", inputs)).as_numpy("logits")
@@ -191,7 +197,8 @@ def test_statistics_json(client):
     assert [s["name"] for s in stats] == ["identity"]
     s = stats[0]
     assert s["version"] == "1"
-    assert s["inference_count"] >= 2 and s["execution_count"] >= 1
+    assert s["inference_count"] >= 2
+    assert s["execution_count"] >= 1
     for key in ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output"):
         assert set(s["inference_stats"][key]) == {"count", "ns"}
     assert s["inference_stats"]["success"]["count"] >= 1
@@ -217,15 +224,23 @@ def test_metrics_use_tritons_bare_names(client, server):
     with pytest.raises(InferenceServerException):
         client.infer("identity", [infer_input("INPUT0", np.ones((1, 3), np.float32))])
     text = httpx.get(server.metrics_url).text
-    for name in ("nv_inference_request_success", "nv_inference_request_failure", "nv_inference_count",
-                 "nv_inference_exec_count", "nv_inference_request_duration_us", "nv_inference_queue_duration_us",
-                 "nv_inference_compute_input_duration_us", "nv_inference_compute_infer_duration_us",
-                 "nv_inference_compute_output_duration_us"):
+    for name in (
+        "nv_inference_request_success",
+        "nv_inference_request_failure",
+        "nv_inference_count",
+        "nv_inference_exec_count",
+        "nv_inference_request_duration_us",
+        "nv_inference_queue_duration_us",
+        "nv_inference_compute_input_duration_us",
+        "nv_inference_compute_infer_duration_us",
+        "nv_inference_compute_output_duration_us",
+    ):
         assert f"# TYPE {name} counter" in text
         assert f'{name}{{model="identity",version="1"}} ' in text
     assert "# TYPE nv_inference_pending_request_count gauge" in text
     assert "nv_inference_request_success_total" not in text
-    assert "process_cpu_seconds_total" in text and "process_resident_memory_bytes" in text
+    assert "process_cpu_seconds_total" in text
+    assert "process_resident_memory_bytes" in text
     assert 'modelsvc_model_execution_provider{model="identity",version="1",provider="CPUExecutionProvider"} 1.0' in text
 
     def value(name: str) -> float:

@@ -158,7 +158,10 @@ def test_wrong_input_dtype_is_invalid_argument(tmp_path: Path) -> None:
 
 
 def test_instance_names_follow_triton(tmp_path: Path) -> None:
-    config = 'instance_group [ { count: 2 kind: KIND_CPU }, { kind: KIND_CPU }, { name: "extra" count: 1 kind: KIND_CPU } ]'
+    config = (
+        "instance_group [ { count: 2 kind: KIND_CPU }, { kind: KIND_CPU },\n"
+        '  { name: "extra" count: 1 kind: KIND_CPU } ]'
+    )
     created = instances(source(tmp_path, "ident", identity(), config))
     assert [i.name for i in created] == ["ident_0_0", "ident_0_1", "ident_1", "extra"]
     assert all(i.device == "cpu" for i in created)
@@ -190,8 +193,7 @@ def test_session_parameters(tmp_path: Path) -> None:
             "openvino",
         ),
         (
-            GPU_GROUP
-            + 'optimization { execution_accelerators { gpu_execution_accelerator [ { name: "rocm" } ] } }',
+            GPU_GROUP + 'optimization { execution_accelerators { gpu_execution_accelerator [ { name: "rocm" } ] } }',
             "unknown gpu_execution_accelerator 'rocm'",
         ),
     ],
@@ -224,14 +226,12 @@ def test_strict_config_that_disagrees_with_the_model_fails_at_load(tmp_path: Pat
 @no_gpu
 def test_kind_gpu_without_gpu_is_refused(tmp_path: Path) -> None:
     src = source(tmp_path, "ident", identity(), GPU_GROUP)
-    with pytest.raises(ModelLoadError, match="asked for KIND_GPU .* CUDA provider is unavailable.*silent"):
+    with pytest.raises(ModelLoadError, match=r"asked for KIND_GPU .* CUDA provider is unavailable.*silent"):
         instances(src)
 
 
 @no_gpu
-def test_kind_gpu_with_allow_cpu_fallback_runs_on_cpu(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_kind_gpu_with_allow_cpu_fallback_runs_on_cpu(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     src = source(tmp_path, "ident", identity(), GPU_GROUP + ALLOW_FALLBACK)
     with caplog.at_level(logging.WARNING, logger="modelsvc.backends.onnxruntime"):
         [instance] = instances(src)
@@ -287,3 +287,10 @@ def test_backend_name_and_default_batch_size() -> None:
     backend = OnnxRuntimeBackend()
     assert backend.name == "onnxruntime"
     assert backend.default_max_batch_size == 4
+
+
+def test_config_without_instance_group_gets_one_instance(tmp_path: Path) -> None:
+    src = source(tmp_path, "ident", identity(), None)
+    del src.config.instance_group[:]
+    created = get_backend(src.config).create_instances(src.config, src.artifact(1), 1)
+    assert [i.name for i in created] == ["ident"]

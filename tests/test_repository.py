@@ -63,9 +63,7 @@ def test_config_error_str_with_and_without_location() -> None:
 
 
 def test_parse_error_has_file_line_and_column(tmp_path: Path) -> None:
-    model_dir = write_model(
-        tmp_path, "ident", identity(), 'name: "ident"\nmax_batch_size: 4\n  bogus_field: 3\n'
-    )
+    model_dir = write_model(tmp_path, "ident", identity(), 'name: "ident"\nmax_batch_size: 4\n  bogus_field: 3\n')
     with pytest.raises(ConfigError) as info:
         load(tmp_path, "ident")
     err = info.value
@@ -100,7 +98,10 @@ def test_name_defaults_to_directory(tmp_path: Path) -> None:
 
 def test_name_mismatch_is_located(tmp_path: Path) -> None:
     write_model(
-        tmp_path, "ident", identity(), '# a comment naming name: "x"\nmax_batch_size: 2\nname: "other"\n'
+        tmp_path,
+        "ident",
+        identity(),
+        '# a comment { naming name: "x"\nmax_batch_size: 2 # [\nname: "other"\n',
     )
     with pytest.raises(ConfigError, match="'other' but its directory is 'ident'") as info:
         load(tmp_path, "ident")
@@ -154,9 +155,7 @@ def test_backend_detected_from_python_file_is_named(tmp_path: Path) -> None:
 def test_platform_fills_backend_and_default_model_filename(tmp_path: Path) -> None:
     model_dir = write_model(tmp_path, "ident", identity(), None)
     (model_dir / "1" / "model.onnx").rename(model_dir / "1" / "custom.onnx")
-    (model_dir / "config.pbtxt").write_text(
-        'platform: "onnxruntime_onnx"\ndefault_model_filename: "custom.onnx"'
-    )
+    (model_dir / "config.pbtxt").write_text('platform: "onnxruntime_onnx"\ndefault_model_filename: "custom.onnx"')
     source = load(tmp_path, "ident")
     assert source.config.backend == "onnxruntime"
     assert source.artifact(1) == model_dir / "1" / "custom.onnx"
@@ -210,6 +209,13 @@ def test_partial_config_is_completed_not_overwritten(tmp_path: Path) -> None:
     assert [(o.name, list(o.dims)) for o in config.output] == [("logits", [4])]
 
 
+def test_listed_outputs_are_a_subset_that_is_kept(tmp_path: Path) -> None:
+    write_model(tmp_path, "add_sub", add_sub(), 'output [ { name: "OUTPUT1" } ]')
+    config = load(tmp_path, "add_sub").config
+    assert [(o.name, o.data_type, list(o.dims)) for o in config.output] == [("OUTPUT1", 11, [16])]  # TYPE_FP32
+    assert [i.name for i in config.input] == ["INPUT0", "INPUT1"]
+
+
 def test_max_batch_size_one_gets_no_dynamic_batching(tmp_path: Path) -> None:
     write_model(tmp_path, "ident", identity(), "max_batch_size: 1")
     config = load(tmp_path, "ident").config
@@ -247,7 +253,9 @@ def test_batching_a_fixed_batch_model_is_an_error(tmp_path: Path) -> None:
 
 
 def test_config_tensor_the_model_lacks(tmp_path: Path) -> None:
-    text = 'max_batch_size: 4\ninput [\n  { name: "INPUT0" },\n  { name: "INPUT9" data_type: TYPE_FP32 dims: [16] }\n]\n'
+    text = (
+        'max_batch_size: 4\ninput [\n  { name: "INPUT0" },\n  { name: "INPUT9" data_type: TYPE_FP32 dims: [16] }\n]\n'
+    )
     write_model(tmp_path, "ident", identity(), text)
     with pytest.raises(ConfigError, match="'INPUT9' is not an input of the model") as info:
         load(tmp_path, "ident")
@@ -283,7 +291,7 @@ def test_unreadable_model_file(tmp_path: Path) -> None:
 @pytest.mark.parametrize("kwargs", [{"strict_model_config": True}, {"autocomplete": False}])
 def test_strict_mode_needs_a_config(tmp_path: Path, kwargs: dict[str, bool]) -> None:
     write_model(tmp_path, "ident", identity(), None)
-    with pytest.raises(ConfigError, match="no config.pbtxt"):
+    with pytest.raises(ConfigError, match=r"no config\.pbtxt"):
         load(tmp_path, "ident", **kwargs)
 
 
@@ -404,9 +412,7 @@ def test_latest_zero_versions(tmp_path: Path) -> None:
         ("instance_group [ { count: -2 } ]\n", "count must be at least 1", 1, 20),
     ],
 )
-def test_validation_errors_are_located(
-    tmp_path: Path, config: str, fragment: str, line: int, column: int
-) -> None:
+def test_validation_errors_are_located(tmp_path: Path, config: str, fragment: str, line: int, column: int) -> None:
     model_dir = write_model(tmp_path, "ident", identity(), config)
     with pytest.raises(ConfigError) as info:
         load(tmp_path, "ident")

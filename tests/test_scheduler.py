@@ -89,7 +89,8 @@ async def test_requests_queued_behind_a_busy_instance_form_one_batch(stats):
     outs = await asyncio.gather(first, *rest)
     assert [o["OUT"][0, 0] for o in outs] == [2, 4, 6, 8]
     assert inst.batches == [[1], [2, 3, 4]]
-    assert stats.execution_count == 2 and stats.inference_count == 4
+    assert stats.execution_count == 2
+    assert stats.inference_count == 4
     assert sorted(stats.batches) == [1, 3]
     await s.close()
     assert inst.closed
@@ -213,7 +214,8 @@ async def test_two_instances_execute_at_the_same_time(stats):
     s = Scheduler(config(batch=BatchPolicy(1)), [a, b], stats)
     s.start()
     await asyncio.gather(s.infer(row(1), ["OUT"]), s.infer(row(2), ["OUT"]))
-    assert len(a.batches) == 1 and len(b.batches) == 1
+    assert len(a.batches) == 1
+    assert len(b.batches) == 1
     await s.close()
 
 

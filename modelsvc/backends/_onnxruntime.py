@@ -200,9 +200,7 @@ def _trt_options(parameters: dict[str, str]) -> dict[str, str]:
     for key, value in parameters.items():
         if key == "precision_mode":
             if value not in _TRT_PRECISION:
-                raise ModelLoadError(
-                    f"unsupported TensorRT precision_mode '{value}' (FP32, FP16, BF16 or INT8)"
-                )
+                raise ModelLoadError(f"unsupported TensorRT precision_mode '{value}' (FP32, FP16, BF16 or INT8)")
             flag = _TRT_PRECISION[value]
             if flag is not None:
                 options[flag] = "1"
@@ -226,9 +224,7 @@ def _gpu_providers(config: ModelConfig, device_id: int) -> tuple[list[ProviderSp
         elif accelerator.name == "cuda":
             cuda.update(params)
         else:
-            raise ModelLoadError(
-                f"unknown gpu_execution_accelerator '{accelerator.name}' (supported: tensorrt, cuda)"
-            )
+            raise ModelLoadError(f"unknown gpu_execution_accelerator '{accelerator.name}' (supported: tensorrt, cuda)")
     providers: list[ProviderSpec] = []
     if trt is not None:
         providers.append((_TRT, {**trt, "device_id": str(device_id)}))
@@ -313,8 +309,7 @@ def _complete_tensor(entry: Any, info: _TensorInfo, kind: str, max_batch_size: i
     ):
         full = "[-1] + " if max_batch_size > 0 else ""
         raise ConfigMismatchError(
-            f"{kind} '{info.name}': configuration dims {full}{given} do not match the model's "
-            f"shape {info.dims}",
+            f"{kind} '{info.name}': configuration dims {full}{given} do not match the model's shape {info.dims}",
             tensor=info.name,
             field="dims",
         )
@@ -443,9 +438,12 @@ class OnnxRuntimeBackend:
         options = _session_options(config)
         run_options = _run_options(config)
         allow_fallback = _bool_param(config, "allow_cpu_fallback", False)
+        groups = list(config.instance_group)
+        if not groups:  # a config that skipped the repository's defaults: Triton's default group
+            groups = [model_config_pb2.ModelInstanceGroup(name=config.name, kind=_KIND_AUTO, count=1)]
         instances: list[ModelInstance] = []
         try:
-            for index, group in enumerate(config.instance_group):
+            for index, group in enumerate(groups):
                 group_name = group.name or f"{config.name}_{index}"
                 kind = group.kind
                 if kind == _KIND_AUTO:
@@ -463,9 +461,7 @@ class OnnxRuntimeBackend:
                 for number in range(total):
                     gpu = devices[number // count]
                     name = group_name if total == 1 else f"{group_name}_{number}"
-                    instances.append(
-                        self._instance(config, artifact, name, gpu, options, run_options, allow_fallback)
-                    )
+                    instances.append(self._instance(config, artifact, name, gpu, options, run_options, allow_fallback))
         except BaseException:
             for instance in instances:
                 instance.close()
@@ -490,9 +486,7 @@ class OnnxRuntimeBackend:
         try:
             session = ort.InferenceSession(str(artifact), options, providers=_available(providers))
         except Exception as exc:
-            raise ModelLoadError(
-                f"instance '{name}': ONNX Runtime could not load '{artifact}': {exc}"
-            ) from exc
+            raise ModelLoadError(f"instance '{name}': ONNX Runtime could not load '{artifact}': {exc}") from exc
         try:
             _check_io(config, session)
         except ModelLoadError:
@@ -505,8 +499,7 @@ class OnnxRuntimeBackend:
                 device = f"gpu:{gpu}"
                 if wants_trt and _TRT not in actual:
                     logger.warning(
-                        "instance '%s' of model '%s': the TensorRT execution accelerator is unavailable; "
-                        "running on %s",
+                        "instance '%s' of model '%s': the TensorRT execution accelerator is unavailable; running on %s",
                         name,
                         config.name,
                         actual,
@@ -606,6 +599,4 @@ class OnnxRuntimeInstance:
         self._session = None
 
     def __repr__(self) -> str:
-        return (
-            f"OnnxRuntimeInstance(name={self.name!r}, device={self.device!r}, providers={self.providers!r})"
-        )
+        return f"OnnxRuntimeInstance(name={self.name!r}, device={self.device!r}, providers={self.providers!r})"

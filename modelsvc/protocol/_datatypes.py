@@ -68,9 +68,7 @@ def numpy_dtype(datatype: str) -> np.dtype[Any]:
     except KeyError:
         if datatype == "BF16":
             raise InvalidArgument("datatype BF16 needs the ml_dtypes package on the server") from None
-        raise InvalidArgument(
-            f"unknown datatype '{datatype}', expected one of {', '.join(ALL_DATATYPES)}"
-        ) from None
+        raise InvalidArgument(f"unknown datatype '{datatype}', expected one of {', '.join(ALL_DATATYPES)}") from None
 
 
 def wire_datatype(dtype: np.dtype[Any]) -> str:
@@ -112,9 +110,7 @@ def deserialize_bytes_tensor(buffer: bytes | memoryview, count: int, name: str) 
     unpack = struct.Struct("<I").unpack_from
     for i in range(count):
         if offset + 4 > end:
-            raise InvalidArgument(
-                f"input '{name}': BYTES data holds {i} elements, shape needs {count}"
-            )
+            raise InvalidArgument(f"input '{name}': BYTES data holds {i} elements, shape needs {count}")
         (length,) = unpack(view, offset)
         offset += 4
         if offset + length > end:
@@ -122,9 +118,7 @@ def deserialize_bytes_tensor(buffer: bytes | memoryview, count: int, name: str) 
         out[i] = bytes(view[offset : offset + length])
         offset += length
     if offset != end:
-        raise InvalidArgument(
-            f"input '{name}': BYTES data has {end - offset} bytes left over after {count} elements"
-        )
+        raise InvalidArgument(f"input '{name}': BYTES data has {end - offset} bytes left over after {count} elements")
     return out
 
 

@@ -52,6 +52,7 @@ _encoder = msgspec.json.Encoder()
 
 def decode_infer_request(body: bytes, header_length: int | None = None) -> InferRequest:
     """Parse a v2 infer request body; every fault is an InvalidArgument naming what is wrong."""
+    header: bytes | memoryview
     if header_length is None:
         header, binary = body, memoryview(b"")
     else:
@@ -74,20 +75,14 @@ def decode_infer_request(body: bytes, header_length: int | None = None) -> Infer
         tensor, offset = _decode_input(item, binary, offset)
         inputs.append(tensor)
     if offset != len(binary):
-        raise InvalidArgument(
-            f"the body has {len(binary) - offset} bytes of binary data that no input claims"
-        )
+        raise InvalidArgument(f"the body has {len(binary) - offset} bytes of binary data that no input claims")
     outputs = None
     if raw.outputs is not None:
         outputs = []
         for out in raw.outputs:
             params = out.parameters or {}
             binary_flag = params.pop("binary_data", None)
-            outputs.append(
-                RequestedOutput(
-                    out.name, None if binary_flag is None else bool(binary_flag), params
-                )
-            )
+            outputs.append(RequestedOutput(out.name, None if binary_flag is None else bool(binary_flag), params))
     return InferRequest(inputs=inputs, id=raw.id, outputs=outputs, parameters=raw.parameters or {})
 
 
@@ -118,8 +113,7 @@ def _decode_input(item: _JsonInput, binary: memoryview, offset: int) -> tuple[Te
             expected = count * dtype.itemsize
             if size != expected:
                 raise InvalidArgument(
-                    f"input '{name}': {size} bytes of {item.datatype} data, but shape {list(shape)} "
-                    f"needs {expected}"
+                    f"input '{name}': {size} bytes of {item.datatype} data, but shape {list(shape)} needs {expected}"
                 )
             array = np.frombuffer(chunk, dtype=dtype).reshape(shape)
     else:
@@ -143,9 +137,7 @@ def _json_array(
     flat: list[Any] = []
     _flatten(data, flat)
     if len(flat) != count:
-        raise InvalidArgument(
-            f"input '{name}': {len(flat)} elements of data, but shape {list(shape)} needs {count}"
-        )
+        raise InvalidArgument(f"input '{name}': {len(flat)} elements of data, but shape {list(shape)} needs {count}")
     if datatype == "BYTES":
         array = np.empty(count, dtype=np.object_)
         array[:] = to_bytes_elements(flat, name)
@@ -161,9 +153,7 @@ def _json_array(
         raise InvalidArgument(f"input '{name}': data does not fit {datatype}: {exc}") from None
 
 
-def encode_infer_response(
-    response: InferResponse, binary: list[bool]
-) -> tuple[bytes, int | None]:
+def encode_infer_response(response: InferResponse, binary: list[bool]) -> tuple[bytes, int | None]:
     """Encode a response; ``binary[i]`` says whether output i goes as raw bytes.
 
     Returns the body and, when any output is binary, the JSON header's length (for the
@@ -211,9 +201,7 @@ def _tensor_bytes(tensor: Tensor) -> bytes:
 def _json_data(tensor: Tensor) -> list[Any]:
     flat = tensor.data.reshape(-1)
     if tensor.datatype == "BYTES":
-        return [
-            v.decode("utf-8", errors="backslashreplace") if isinstance(v, bytes) else str(v) for v in flat
-        ]
+        return [v.decode("utf-8", errors="backslashreplace") if isinstance(v, bytes) else str(v) for v in flat]
     if tensor.datatype == "BF16":
         return flat.astype(np.float32).tolist()  # type: ignore[no-any-return]
     return flat.tolist()  # type: ignore[no-any-return]

@@ -12,9 +12,7 @@ class ConfigError(Exception):
     so editors and terminals can jump to the spot.
     """
 
-    def __init__(
-        self, path: Path | str, message: str, line: int | None = None, column: int | None = None
-    ) -> None:
+    def __init__(self, path: Path | str, message: str, line: int | None = None, column: int | None = None) -> None:
         self.path = Path(path)
         self.message = message
         self.line = line

@@ -156,9 +156,7 @@ class Locator:
                 seen += 1
         return None
 
-    def tensor(
-        self, kinds: tuple[str, ...], tensor: str, field: str | None = None, nth: int = 0
-    ) -> int | None:
+    def tensor(self, kinds: tuple[str, ...], tensor: str, field: str | None = None, nth: int = 0) -> int | None:
         """Offset of ``field`` (or the ``name``) of the input/output called ``tensor``."""
         for kind in kinds:
             index = self.named_item(kind, tensor, nth)

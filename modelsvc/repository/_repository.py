@@ -146,9 +146,7 @@ class ModelRepository:
             raise ConfigError(config_path, message, line if line else None, column if line else None) from exc
         return config, text
 
-    def _set_backend(
-        self, config: ModelConfig, model_dir: Path, available: Sequence[int], loc: Locator
-    ) -> None:
+    def _set_backend(self, config: ModelConfig, model_dir: Path, available: Sequence[int], loc: Locator) -> None:
         """Find the backend (from platform, backend or the model file), fill both names, check it exists."""
         if config.platform and config.backend:
             implied = PLATFORM_BACKENDS.get(config.platform)

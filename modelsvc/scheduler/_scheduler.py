@@ -13,7 +13,6 @@ import asyncio
 import enum
 import itertools
 import logging
-
 from collections import deque
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -135,10 +134,7 @@ def _execute_batch(
 ) -> _Result:
     """Runs on a worker thread: gather inputs, execute, scatter outputs. Returns the three durations."""
     t0 = perf_counter_ns()
-    if len(batch) == 1:
-        merged = batch[0]
-    else:
-        merged = {name: np.concatenate([b[name] for b in batch]) for name in batch[0]}
+    merged = batch[0] if len(batch) == 1 else {name: np.concatenate([b[name] for b in batch]) for name in batch[0]}
     t1 = perf_counter_ns()
     outputs = instance.execute(merged, output_names)
     t2 = perf_counter_ns()
@@ -252,9 +248,7 @@ class Scheduler:
         policy = cfg.policies[level - 1]
         queue = self._levels[level - 1]
         if policy.max_queue_size and len(queue) + len(self._delayed[level - 1]) >= policy.max_queue_size:
-            raise Unavailable(
-                f"Exceeds maximum queue size of {policy.max_queue_size} for model '{self._label}'"
-            )
+            raise Unavailable(f"Exceeds maximum queue size of {policy.max_queue_size} for model '{self._label}'")
         if cfg.batching:
             batch_size = next(iter(inputs.values())).shape[0]
             shape_key: Hashable = tuple((n, a.shape[1:]) for n, a in inputs.items()) if cfg.dynamic else None
@@ -396,5 +390,3 @@ class Scheduler:
                 self._release_next += 1
         else:
             resolve()
-
-

@@ -154,8 +154,7 @@ def _check_inputs(mv: ModelVersion, request: InferRequest) -> dict[str, np.ndarr
         spec = mv.inputs.get(tensor.name)
         if spec is None:
             raise InvalidArgument(
-                f"unexpected inference input '{tensor.name}' for model '{mv.name}', "
-                f"expected one of {sorted(mv.inputs)}"
+                f"unexpected inference input '{tensor.name}' for model '{mv.name}', expected one of {sorted(mv.inputs)}"
             )
         if tensor.name in arrays:
             raise InvalidArgument(f"input '{tensor.name}' appears more than once in the request")
@@ -209,16 +208,13 @@ def _requested_outputs(mv: ModelVersion, request: InferRequest) -> list[str]:
     for out in request.outputs:
         if out.name not in mv.outputs:
             raise InvalidArgument(
-                f"unexpected inference output '{out.name}' for model '{mv.name}', "
-                f"expected one of {sorted(mv.outputs)}"
+                f"unexpected inference output '{out.name}' for model '{mv.name}', expected one of {sorted(mv.outputs)}"
             )
         names.append(out.name)
     return names
 
 
-def _output_tensor(
-    spec: TensorSpec, outputs: dict[str, np.ndarray[Any, Any]], name: str, batching: bool
-) -> Tensor:
+def _output_tensor(spec: TensorSpec, outputs: dict[str, np.ndarray[Any, Any]], name: str, batching: bool) -> Tensor:
     data = outputs.get(name)
     if data is None:
         raise NotFound(f"model did not produce output '{name}'")

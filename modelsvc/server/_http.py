@@ -13,13 +13,13 @@ from typing import Any
 
 import msgspec
 from litestar import Litestar, Request, Response, get, post
+from litestar.enums import ScopeType
 from litestar.exceptions import HTTPException
 from litestar.types import Receive, Scope, Send
 
 from ..protocol import (
     HEADER_CONTENT_LENGTH,
     InvalidArgument,
-    ModelsvcError,
     decode_infer_request,
     encode_error,
     encode_infer_response,
@@ -63,20 +63,28 @@ def create_http_app(dataplane: DataPlane, *, max_body_size: int = 64 * 1024 * 10
     def server_metadata() -> Response[bytes]:
         return _json(dataplane.server_metadata())
 
-    @get(["/v2/models/{model_name:str}", "/v2/models/{model_name:str}/versions/{model_version:str}"],
-         sync_to_thread=False)
+    @get(
+        ["/v2/models/{model_name:str}", "/v2/models/{model_name:str}/versions/{model_version:str}"],
+        sync_to_thread=False,
+    )
     def model_metadata(model_name: str, model_version: str | None = None) -> Response[bytes]:
         return _json(dataplane.model_metadata(model_name, model_version))
 
     @get(
-        ["/v2/models/{model_name:str}/ready", "/v2/models/{model_name:str}/versions/{model_version:str}/ready"],
+        [
+            "/v2/models/{model_name:str}/ready",
+            "/v2/models/{model_name:str}/versions/{model_version:str}/ready",
+        ],
         sync_to_thread=False,
     )
     def model_ready(model_name: str, model_version: str | None = None) -> Response[bytes]:
         return Response(b"", status_code=200 if dataplane.model_ready(model_name, model_version) else 400)
 
     @get(
-        ["/v2/models/{model_name:str}/config", "/v2/models/{model_name:str}/versions/{model_version:str}/config"],
+        [
+            "/v2/models/{model_name:str}/config",
+            "/v2/models/{model_name:str}/versions/{model_version:str}/config",
+        ],
         sync_to_thread=False,
     )
     def model_config(model_name: str, model_version: str | None = None) -> Response[bytes]:
@@ -108,7 +116,10 @@ def create_http_app(dataplane: DataPlane, *, max_body_size: int = 64 * 1024 * 10
         return _json(dataplane.repository_index(ready_only))
 
     @post(
-        ["/v2/models/{model_name:str}/infer", "/v2/models/{model_name:str}/versions/{model_version:str}/infer"],
+        [
+            "/v2/models/{model_name:str}/infer",
+            "/v2/models/{model_name:str}/versions/{model_version:str}/infer",
+        ],
         include_in_schema=False,
     )
     async def infer(model_name: str, model_version: str | None = None) -> None:
@@ -145,7 +156,7 @@ class HttpFront:
         self.infer = infer
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST":  # type: ignore[typeddict-item]
+        if scope["type"] == ScopeType.HTTP and scope["method"] == "POST":
             target = _infer_target(scope["path"])
             if target is not None:
                 await self.infer(target[0], target[1], scope, receive, send)
@@ -172,9 +183,7 @@ class _InferHandler:
         self.dataplane = dataplane
         self.max_body_size = max_body_size
 
-    async def __call__(
-        self, model: str, version: str | None, scope: Scope, receive: Receive, send: Send
-    ) -> None:
+    async def __call__(self, model: str, version: str | None, scope: Scope, receive: Receive, send: Send) -> None:
         header_length: int | None = None
         declared = -1
         try:
@@ -199,9 +208,7 @@ class _InferHandler:
                 return
             default = request.binary_data_output
             wanted = {o.name: o.binary for o in request.outputs or ()}
-            flags = [
-                default if wanted.get(t.name) is None else bool(wanted[t.name]) for t in response.outputs
-            ]
+            flags = [default if wanted.get(t.name) is None else bool(wanted[t.name]) for t in response.outputs]
             payload, json_length = encode_infer_response(response, flags)
         except Exception as exc:
             status, message = http_error(exc)
@@ -230,20 +237,18 @@ class _InferHandler:
             message = await receive()
             if message["type"] == "http.disconnect":
                 return None
-            chunk = message.get("body", b"")  # type: ignore[union-attr]
+            chunk: bytes = message.get("body", b"")  # type: ignore[assignment]
             if chunk:
                 size += len(chunk)
                 if size > self.max_body_size:
                     await _send(send, 413, encode_error(self._too_large(size)), _JSON)
                     return None
                 chunks.append(chunk)
-            if not message.get("more_body", False):  # type: ignore[union-attr]
+            if not message.get("more_body", False):
                 break
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
-    async def _infer_watching(
-        self, receive: Receive, name: str, version: str | None, request: Any
-    ) -> Any:
+    async def _infer_watching(self, receive: Receive, name: str, version: str | None, request: Any) -> Any:
         """Run the inference while watching the connection; None if the client disconnected."""
         task = asyncio.current_task()
         assert task is not None
@@ -294,5 +299,3 @@ async def _send(
     ]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body, "more_body": False})
-
-

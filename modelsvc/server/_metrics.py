@@ -20,24 +20,51 @@ _LABELS = ("model", "version")
 
 #: (name, help, reads the value from a loaded model version) — all counters
 _COUNTERS: tuple[tuple[str, str, Callable[[ModelVersion], float]], ...] = (
-    ("nv_inference_request_success", "Number of successful inference requests, all batch sizes",
-     lambda mv: mv.stats.success.count),
-    ("nv_inference_request_failure", "Number of failed inference requests, all batch sizes",
-     lambda mv: mv.stats.fail.count),
-    ("nv_inference_count", "Number of inferences performed (does not include cached requests)",
-     lambda mv: mv.stats.inference_count),
-    ("nv_inference_exec_count", "Number of model executions performed (does not include cached requests)",
-     lambda mv: mv.stats.execution_count),
-    ("nv_inference_request_duration_us", "Cumulative inference request duration in microseconds",
-     lambda mv: (mv.stats.success.ns + mv.stats.fail.ns) // 1000),
-    ("nv_inference_queue_duration_us", "Cumulative inference queuing duration in microseconds",
-     lambda mv: mv.stats.queue.ns // 1000),
-    ("nv_inference_compute_input_duration_us", "Cumulative compute input duration in microseconds",
-     lambda mv: mv.stats.compute_input.ns // 1000),
-    ("nv_inference_compute_infer_duration_us", "Cumulative compute inference duration in microseconds",
-     lambda mv: mv.stats.compute_infer.ns // 1000),
-    ("nv_inference_compute_output_duration_us", "Cumulative inference compute output duration in microseconds",
-     lambda mv: mv.stats.compute_output.ns // 1000),
+    (
+        "nv_inference_request_success",
+        "Number of successful inference requests, all batch sizes",
+        lambda mv: mv.stats.success.count,
+    ),
+    (
+        "nv_inference_request_failure",
+        "Number of failed inference requests, all batch sizes",
+        lambda mv: mv.stats.fail.count,
+    ),
+    (
+        "nv_inference_count",
+        "Number of inferences performed (does not include cached requests)",
+        lambda mv: mv.stats.inference_count,
+    ),
+    (
+        "nv_inference_exec_count",
+        "Number of model executions performed (does not include cached requests)",
+        lambda mv: mv.stats.execution_count,
+    ),
+    (
+        "nv_inference_request_duration_us",
+        "Cumulative inference request duration in microseconds",
+        lambda mv: (mv.stats.success.ns + mv.stats.fail.ns) // 1000,
+    ),
+    (
+        "nv_inference_queue_duration_us",
+        "Cumulative inference queuing duration in microseconds",
+        lambda mv: mv.stats.queue.ns // 1000,
+    ),
+    (
+        "nv_inference_compute_input_duration_us",
+        "Cumulative compute input duration in microseconds",
+        lambda mv: mv.stats.compute_input.ns // 1000,
+    ),
+    (
+        "nv_inference_compute_infer_duration_us",
+        "Cumulative compute inference duration in microseconds",
+        lambda mv: mv.stats.compute_infer.ns // 1000,
+    ),
+    (
+        "nv_inference_compute_output_duration_us",
+        "Cumulative inference compute output duration in microseconds",
+        lambda mv: mv.stats.compute_output.ns // 1000,
+    ),
 )
 
 
@@ -50,10 +77,16 @@ def model_families(models: ModelManager) -> list[Metric]:
         for mv in loaded:
             family.add_sample(name, {"model": mv.name, "version": str(mv.version)}, float(read(mv)))
         families.append(family)
-    pending = Metric("nv_inference_pending_request_count",
-                     "Instantaneous number of pending requests awaiting execution per-model.", "gauge")
-    providers = Metric("modelsvc_model_execution_provider",
-                       "Execution provider that really runs each model version (1 = in use)", "gauge")
+    pending = Metric(
+        "nv_inference_pending_request_count",
+        "Instantaneous number of pending requests awaiting execution per-model.",
+        "gauge",
+    )
+    providers = Metric(
+        "modelsvc_model_execution_provider",
+        "Execution provider that really runs each model version (1 = in use)",
+        "gauge",
+    )
     for mv in loaded:
         labels = {"model": mv.name, "version": str(mv.version)}
         pending.add_sample(pending.name, labels, float(mv.scheduler.pending_count))
@@ -75,7 +108,8 @@ def render_families(families: Iterable[Metric]) -> bytes:
         for sample in family.samples:
             labels = ",".join(f'{k}="{_escape(v)}"' for k, v in sample.labels.items())
             label_text = f"{{{labels}}}" if labels else ""
-            lines.append(f"{sample.name}{label_text} {floatToGoString(sample.value)}")
+            value = floatToGoString(sample.value)  # type: ignore[no-untyped-call]
+            lines.append(f"{sample.name}{label_text} {value}")
     return ("\n".join(lines) + "\n").encode()
 
 

@@ -26,7 +26,7 @@ def message_to_json(message: Message) -> dict[str, Any]:
         if field.message_type is not None and field.message_type.GetOptions().map_entry:
             value_field = field.message_type.fields_by_name["value"]
             out[field.name] = {str(k): _scalar(value_field, v) for k, v in value.items()}
-        elif field.label == FieldDescriptor.LABEL_REPEATED:
+        elif field.label == FieldDescriptor.LABEL_REPEATED:  # type: ignore[attr-defined]
             out[field.name] = [_scalar(field, v) for v in value]
         else:
             out[field.name] = _scalar(field, value)
@@ -36,7 +36,7 @@ def message_to_json(message: Message) -> dict[str, Any]:
 def _scalar(field: FieldDescriptor, value: Any) -> Any:
     if field.type == FieldDescriptor.TYPE_MESSAGE:
         return message_to_json(value)
-    if field.type == FieldDescriptor.TYPE_ENUM:
+    if field.type == FieldDescriptor.TYPE_ENUM and field.enum_type is not None:
         enum_value = field.enum_type.values_by_number.get(value)
         return enum_value.name if enum_value is not None else value
     if field.type in _INT64:
