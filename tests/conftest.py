@@ -23,7 +23,7 @@ DTYPES = [
     "FP64",
     "BYTES",
 ]
-_CONFIG_TYPE = {d: f"TYPE_{'STRING' if d == 'BYTES' else d}" for d in DTYPES}
+_CONFIG_TYPE = {d: f"TYPE_{'STRING' if d == 'BYTES' else d}" for d in [*DTYPES, "BF16"]}
 
 
 def identity_config(
@@ -79,6 +79,9 @@ dynamic_batching { }
     for dt in DTYPES:
         name = f"identity_{dt.lower()}"
         om.write_model(repo, name, om.identity(dt, ["batch", 4]), identity_config(name, dt, dims="4"))
+    om.write_model(
+        repo, "identity_bf16", om.identity("BF16", ["batch", 4]), identity_config("identity_bf16", "BF16", dims="4")
+    )
     om.write_model(
         repo,
         "token",

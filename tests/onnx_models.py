@@ -27,6 +27,7 @@ _ONNX_TYPES = {
     "FP32": TensorProto.FLOAT,
     "FP64": TensorProto.DOUBLE,
     "BYTES": TensorProto.STRING,
+    "BF16": TensorProto.BFLOAT16,
 }
 
 

@@ -128,6 +128,15 @@ def test_every_datatype_round_trips(client, dtype, binary):
         assert np.array_equal(got, data)
 
 
+def test_bf16_round_trips_through_tritonclient(client):
+    data = np.array([[1.5, -2.0, 0.0078125, 2.0**100]], dtype=np.float32)  # all exact in bfloat16
+    inp = httpclient.InferInput("INPUT0", [1, 4], "BF16")
+    inp.set_data_from_numpy(data, binary_data=True)
+    result = client.infer("identity_bf16", [inp])
+    assert np.array_equal(result.as_numpy("OUTPUT0"), data)
+    assert result.get_output("OUTPUT0")["datatype"] == "BF16"
+
+
 def test_non_utf8_bytes_for_an_onnx_string_tensor_is_a_clear_400(client):
     data = np.array([[b"\xff\xfe", b"a", b"b", b"c"]], dtype=np.object_)
     inp = httpclient.InferInput("INPUT0", [1, 4], "BYTES")

@@ -30,6 +30,7 @@ gpu_execution_accelerator [{ name: "tensorrt" ... }] } }`` puts the TensorRT pro
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import threading
 from collections.abc import Sequence
@@ -579,6 +580,10 @@ class OnnxRuntimeInstance:
         names = list(output_names) or self._output_names
         try:
             with self._lock:
+                if _BF16 is not None and (
+                    any(a.dtype == _BF16 for a in feed.values()) or _has_bf16_output(session, names)
+                ):
+                    return _run_bf16(session, names, feed, self._run_options)
                 results = session.run(names, feed, self._run_options)
         except ort_state.InvalidArgument as exc:
             raise InvalidArgument(f"onnx runtime error: {exc}") from exc
@@ -600,3 +605,41 @@ class OnnxRuntimeInstance:
 
     def __repr__(self) -> str:
         return f"OnnxRuntimeInstance(name={self.name!r}, device={self.device!r}, providers={self.providers!r})"
+
+
+try:  # BF16 tensors travel as ml_dtypes.bfloat16 arrays, which ONNX Runtime's numpy bridge cannot take
+    import ml_dtypes as _ml_dtypes
+
+    _BF16: np.dtype[Any] | None = np.dtype(_ml_dtypes.bfloat16)
+except ImportError:  # pragma: no cover - depends on the environment
+    _BF16 = None
+
+
+def _has_bf16_output(session: Any, names: Sequence[str]) -> bool:
+    return any(o.type == "tensor(bfloat16)" and o.name in names for o in session.get_outputs())
+
+
+def _run_bf16(session: Any, names: Sequence[str], feed: Arrays, run_options: Any) -> Arrays:
+    """Run with OrtValues so BF16 goes in and out as raw 16-bit data (CPU memory)."""
+    values = {}
+    for name, array in feed.items():
+        if array.dtype == _BF16:
+            values[name] = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
+                np.ascontiguousarray(array).view(np.uint16), _ONNX_BFLOAT16
+            )
+        else:
+            values[name] = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array))
+    results = session.run_with_ort_values(list(names), values, run_options)
+    out: Arrays = {}
+    for name, value in zip(names, results, strict=True):
+        if value.data_type() == "tensor(bfloat16)":
+            shape = tuple(value.shape())
+            count = int(np.prod(shape)) if shape else 1
+            raw = np.ctypeslib.as_array((ctypes.c_uint16 * count).from_address(value.data_ptr()))
+            out[name] = raw.copy().view(_BF16).reshape(shape)
+        else:
+            out[name] = value.numpy()
+    return out
+
+
+_ONNX_BFLOAT16 = 16  # onnx.TensorProto.BFLOAT16
