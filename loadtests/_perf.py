@@ -41,6 +41,8 @@ class LoadResult:
     server_cpu_pct: float | None = None  # CPU time of the server process tree / wall time
     client_cpu_pct: float | None = None  # CPU time of the load generator / wall time
     note: str = ""
+    avg_batch: float | None = None  # server-reported inference count / execution count
+    server_breakdown: str = ""  # perf_analyzer's "Avg request latency: ..." line from server statistics
 
 
 @dataclass
@@ -165,6 +167,7 @@ def run_perf_analyzer(
         result = _parse_csv(csv_path, concurrency) or _parse_stdout(output, concurrency)
         if proc.returncode == 0 and result is not None:
             result.client_cpu_pct = client_cpu
+            _add_server_side(result, output)
             if stability != STABILITY_PCT:
                 result.note = f"unstable at -s {STABILITY_PCT}"
             return result, output, cmd
@@ -188,6 +191,16 @@ def _parse_csv(path: Path, concurrency: int) -> LoadResult | None:
                 tool="perf_analyzer",
             )
     return None
+
+
+def _add_server_side(result: LoadResult, output: str) -> None:
+    """Server-side figures that perf_analyzer reads from /v2/models/<m>/stats, when the server has them."""
+    infer = re.search(r"Server:\s+Inference count: (\d+)\s+Execution count: (\d+)", output)
+    if infer and int(infer[2]):
+        result.avg_batch = int(infer[1]) / int(infer[2])
+    breakdown = re.search(r"Avg request latency: (.*)", output)
+    if breakdown:
+        result.server_breakdown = breakdown[1].strip()
 
 
 def _parse_stdout(output: str, concurrency: int) -> LoadResult | None:

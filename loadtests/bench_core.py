@@ -40,7 +40,8 @@ TOK_CONCURRENCY = 16
 IDENTITY_CONCURRENCY = (1, 8, 32)
 TRITON_CONCURRENCY = 8
 CEILING_BATCHES = (1, 2, 4, 8, 16, 32)
-CEILING_SECONDS = 1.5
+CEILING_SECONDS = 2.0
+CEILING_WINDOWS = 4
 TARGET_RATIO = 0.90
 
 IDENTITY_CONFIG = """\
@@ -122,11 +123,14 @@ def in_process_ceiling() -> list[tuple[int, float, float]]:
         feed = tok_inputs(batch)
         for _ in range(3):
             run(None, feed)
-        calls, t0 = 0, time.perf_counter()
-        while (elapsed := time.perf_counter() - t0) < CEILING_SECONDS:
-            run(None, feed)
-            calls += 1
-        out.append((batch, batch * calls / elapsed, 1000.0 * elapsed / calls))
+        best_s = float("inf")  # best of a few windows: the machine is shared, a ceiling should not dip
+        for _ in range(CEILING_WINDOWS):
+            calls, t0 = 0, time.perf_counter()
+            while (elapsed := time.perf_counter() - t0) < CEILING_SECONDS / CEILING_WINDOWS:
+                run(None, feed)
+                calls += 1
+            best_s = min(best_s, elapsed / calls)
+        out.append((batch, batch / best_s, 1000.0 * best_s))
     return out
 
 
@@ -227,7 +231,7 @@ def _fmt(v: float | None, spec: str) -> str:
 def print_load_table(rows: list[Row]) -> None:
     head = (
         f"{'part':<4} {'server':<12} {'model / concurrency':<36} {'infer/s':>9} {'p50 ms':>8} {'p99 ms':>8}"
-        f" {'srv CPU%':>8} {'cli CPU%':>8}  tool"
+        f" {'srv CPU%':>8} {'cli CPU%':>8} {'batch':>5}  tool"
     )
     print(head)
     print("-" * len(head))
@@ -241,8 +245,17 @@ def print_load_table(rows: list[Row]) -> None:
         print(
             f"{r.part:<4} {r.server:<12} {r.model:<36} {x.infer_per_s:>9.0f}"
             f" {x.p50_ms:>8.2f} {x.p99_ms:>8.2f}"
-            f" {_fmt(x.server_cpu_pct, '>8.0f')} {_fmt(x.client_cpu_pct, '>8.0f')}  {x.tool}{note}"
+            f" {_fmt(x.server_cpu_pct, '>8.0f')} {_fmt(x.client_cpu_pct, '>8.0f')}"
+            f" {_fmt(x.avg_batch, '>5.1f')}  {x.tool}{note}"
         )
+
+
+def print_breakdowns(rows: list[Row]) -> None:
+    lines = [(r, r.result.server_breakdown) for r in rows if r.result and r.result.server_breakdown]
+    if lines:
+        print("\nserver-side average per request (from the server's statistics, via perf_analyzer):")
+        for r, text in lines:
+            print(f"  {r.server} {r.model}: {text}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -283,10 +296,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             run_triton(workdir, use_perf, rows)
 
     rows.sort(key=lambda r: ["a", "a'", "b"].index(r.part))
-    print_load_table(rows)
+    if rows:
+        print_load_table(rows)
+        print_breakdowns(rows)
     if ceiling:
         print()
-        print("(c) in-process onnxruntime, CPUExecutionProvider, allow_spinning 0, default intra-op threads")
+        print(
+            "(c) in-process onnxruntime, CPUExecutionProvider, allow_spinning 0, default intra-op threads, "
+            f"best of {CEILING_WINDOWS} windows"
+        )
         print(f"{'batch':>5} {'rows/s':>9} {'ms/call':>8}")
         for batch, rps, ms in ceiling:
             print(f"{batch:>5} {rps:>9.0f} {ms:>8.2f}")
@@ -298,6 +316,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             verdict = "meets" if ratio >= TARGET_RATIO else "BELOW"
             print(f"served tok_batched / ceiling = {served.infer_per_s:.0f} / {best[1]:.0f} = {ratio:.1%} "
                   f"({verdict} the {TARGET_RATIO:.0%} target)")  # fmt: skip
+            avg = served.avg_batch
+            if avg:
+                # Compare with the in-process rate at the batch size the server actually ran.
+                near = min(ceiling, key=lambda c: abs(c[0] - avg))
+                print(f"served tok_batched / in-process at batch {near[0]} (server's average batch "
+                      f"{avg:.1f}) = {served.infer_per_s / near[1]:.1%}")  # fmt: skip
     errors = [r for r in rows if r.result is None and r.error and "not installed" not in r.error]
     if errors:
         print("\nerrors:")
