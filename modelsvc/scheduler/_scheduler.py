@@ -13,9 +13,10 @@ import asyncio
 import enum
 import itertools
 import logging
+import queue
+import threading
 from collections import deque
 from collections.abc import Callable, Hashable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from time import perf_counter_ns
 from typing import Any
@@ -127,11 +128,10 @@ class WorkItem:
 
 
 _Result = tuple[list[Arrays], int, int, int]
+_FOREVER_NS = 10**18
 
 
-def _execute_batch(
-    instance: ModelInstance, batch: Sequence[Arrays], output_names: Sequence[str], batching: bool
-) -> _Result:
+def _execute_batch(instance: ModelInstance, batch: Sequence[Arrays], output_names: Sequence[str]) -> _Result:
     """Runs on a worker thread: gather inputs, execute, scatter outputs. Returns the three durations."""
     t0 = perf_counter_ns()
     merged = batch[0] if len(batch) == 1 else {name: np.concatenate([b[name] for b in batch]) for name in batch[0]}
@@ -158,8 +158,53 @@ def _execute_batch(
     return parts, t1 - t0, t2 - t1, t3 - t2
 
 
+_Done = Callable[[_Result | None, BaseException | None], None]
+_Job = tuple[Sequence[Arrays], Sequence[str], _Done]
+
+
+class _InstanceThread:
+    """One thread per instance: takes batches from a SimpleQueue, hands results back with one loop wake-up.
+
+    Lighter than an executor (no work-item futures, no condition variables) and it keeps each instance
+    on its own thread, which is what ONNX Runtime sessions expect.
+    """
+
+    def __init__(self, instance: ModelInstance, loop: asyncio.AbstractEventLoop, name: str) -> None:
+        self.instance = instance
+        self.loop = loop
+        self.jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.thread.start()
+
+    def submit(self, batch: Sequence[Arrays], outputs: Sequence[str], done: _Done) -> None:
+        """Run the batch on this instance's thread; ``done(result, error)`` is called on the loop."""
+        self.jobs.put((batch, outputs, done))
+
+    def stop(self) -> None:
+        self.jobs.put(None)
+        self.thread.join()
+
+    def _run(self) -> None:
+        while True:
+            job = self.jobs.get()
+            if job is None:
+                return
+            batch, outputs, done = job
+            try:
+                result = _execute_batch(self.instance, batch, outputs)
+            except BaseException as exc:
+                self.loop.call_soon_threadsafe(done, None, exc)
+            else:
+                self.loop.call_soon_threadsafe(done, result, None)
+
+
 class Scheduler:
-    """Queues requests for one model version and runs them on its instances."""
+    """Queues requests for one model version and runs them on its instances.
+
+    Event driven: an arrival, a finished batch, an expired batch delay or a withdrawn request calls
+    ``_pump``, which hands batches to free instances at once, in the same loop iteration. No task sits
+    between a request and its batch, so a batch starts as soon as an instance is free.
+    """
 
     def __init__(
         self,
@@ -178,16 +223,14 @@ class Scheduler:
         self._levels: list[deque[WorkItem]] = [deque() for _ in range(config.priority_levels)]
         self._delayed: list[deque[WorkItem]] = [deque() for _ in range(config.priority_levels)]
         self._queued = 0
-        self._wake = asyncio.Event()
-        self._free: asyncio.Queue[ModelInstance] = asyncio.Queue()
-        for inst in self._instances:
-            self._free.put_nowait(inst)
-        self._executor = ThreadPoolExecutor(
-            max_workers=len(self._instances), thread_name_prefix=f"modelsvc-{stats.name}"
-        )
-        self._running: set[asyncio.Task[None]] = set()
+        self._free: deque[_InstanceThread] = deque()
+        self._threads: list[_InstanceThread] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._in_flight = 0
+        self._delay_timer: asyncio.TimerHandle | None = None
+        self._delay_due = 0.0
         self._closing = False
-        self._dispatcher: asyncio.Task[None] | None = None
+        self._drained: asyncio.Event | None = None
         # preserve_ordering: results are released in dispatch order
         self._dispatch_seq = itertools.count()
         self._release_next = 0
@@ -200,8 +243,15 @@ class Scheduler:
         return self._queued
 
     def start(self) -> None:
-        if self._dispatcher is None:
-            self._dispatcher = asyncio.get_running_loop().create_task(self._dispatch())
+        """Start one thread per instance, on the running loop."""
+        if self._loop is not None:
+            return
+        loop = self._loop = asyncio.get_running_loop()
+        self._drained = asyncio.Event()
+        for i, inst in enumerate(self._instances):
+            worker = _InstanceThread(inst, loop, f"modelsvc-{self.stats.name}-{i}")
+            self._threads.append(worker)
+            self._free.append(worker)
 
     async def infer(
         self,
@@ -214,6 +264,7 @@ class Scheduler:
     ) -> Arrays:
         """Queue a request and wait for its outputs (all the model's outputs in ``outputs``)."""
         item = self._enqueue(inputs, outputs, priority, timeout_us, on_start)
+        self._pump()
         try:
             return await item.future
         except asyncio.CancelledError:
@@ -223,12 +274,14 @@ class Scheduler:
     async def close(self) -> None:
         """Stop taking requests, finish those queued and running, release the instances."""
         self._closing = True
-        self._wake.set()
-        if self._dispatcher is not None:
-            await self._dispatcher
-        while self._running:
-            await asyncio.gather(*list(self._running), return_exceptions=True)
-        self._executor.shutdown(wait=True)
+        if self._loop is None:
+            return
+        self._pump()
+        assert self._drained is not None
+        if self._queued or self._in_flight:
+            await self._drained.wait()
+        for worker in self._threads:
+            await asyncio.to_thread(worker.stop)
         for inst in self._instances:
             inst.close()
 
@@ -243,6 +296,8 @@ class Scheduler:
     ) -> WorkItem:
         if self._closing:
             raise Unavailable(f"model '{self._label}' is shutting down")
+        loop = self._loop
+        assert loop is not None, "Scheduler.start() was not called"
         cfg = self.config
         level = priority if 1 <= priority <= cfg.priority_levels else cfg.default_priority
         policy = cfg.policies[level - 1]
@@ -254,7 +309,6 @@ class Scheduler:
             shape_key: Hashable = tuple((n, a.shape[1:]) for n, a in inputs.items()) if cfg.dynamic else None
         else:
             batch_size, shape_key = 1, None
-        loop = asyncio.get_running_loop()
         item = WorkItem(
             inputs=inputs,
             outputs=tuple(outputs),
@@ -271,7 +325,6 @@ class Scheduler:
             item.timer = loop.call_later(timeout_ns / 1e9, self._expire, item, policy.timeout_action)
         queue.append(item)
         self._queued += 1
-        self._wake.set()
         return item
 
     def _withdraw(self, item: WorkItem) -> None:
@@ -280,6 +333,7 @@ class Scheduler:
             item.queue.remove(item)
             item.queue = None
             self._queued -= 1
+            self._pump()  # the batch ahead may now be complete, or the queue empty
         if item.timer is not None:
             item.timer.cancel()
 
@@ -291,6 +345,7 @@ class Scheduler:
             item.queue = self._delayed[item.level - 1]
             item.queue.append(item)
             item.timer = None
+            self._pump()
             return
         self._withdraw(item)
         if not item.future.done():
@@ -304,13 +359,15 @@ class Scheduler:
             return Plan(0, None)
         if not self.config.dynamic:
             return Plan(1)
-        return plan_batch(self._in_order(), self.config.batch, perf_counter_ns())
+        # while draining nobody waits for more arrivals: plan as if every delay had run out
+        now = perf_counter_ns() + (_FOREVER_NS if self._closing else 0)
+        return plan_batch(self._in_order(), self.config.batch, now)
 
     def _take(self, count: int) -> list[WorkItem]:
         taken: list[WorkItem] = []
-        for queue in (*self._levels, *self._delayed):
-            while queue and len(taken) < count:
-                item = queue.popleft()
+        for level_queue in (*self._levels, *self._delayed):
+            while level_queue and len(taken) < count:
+                item = level_queue.popleft()
                 item.queue = None
                 if item.timer is not None:
                     item.timer.cancel()
@@ -322,47 +379,62 @@ class Scheduler:
         return taken
 
     # -- dispatching ----------------------------------------------------------------------------
-    async def _dispatch(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            instance = await self._free.get()
-            while True:
-                self._wake.clear()
-                plan = self._plan()
-                if plan.take:
-                    break
-                if self._closing and not self._queued:
-                    self._free.put_nowait(instance)
-                    return
-                if plan.wait_ns is None:
-                    await self._wake.wait()
-                else:
-                    handle = loop.call_later(plan.wait_ns / 1e9, self._wake.set)
-                    await self._wake.wait()
-                    handle.cancel()
-            items = self._take(plan.take)
-            task = loop.create_task(self._run(instance, items, next(self._dispatch_seq)))
-            self._running.add(task)
-            task.add_done_callback(self._running.discard)
+    def _pump(self) -> None:
+        """Hand batches to free instances while the planner says go; else arm the delay timer."""
+        while self._free and self._queued:
+            plan = self._plan()
+            if not plan.take:
+                if plan.wait_ns is not None:
+                    self._arm_delay(plan.wait_ns)
+                break
+            self._launch(self._free.popleft(), self._take(plan.take))
+        if self._closing and not self._queued and not self._in_flight and self._drained is not None:
+            self._drained.set()
 
-    async def _run(self, instance: ModelInstance, items: list[WorkItem], seq: int) -> None:
-        loop = asyncio.get_running_loop()
+    def _arm_delay(self, wait_ns: int) -> None:
+        loop = self._loop
+        assert loop is not None
+        due = loop.time() + wait_ns / 1e9
+        if self._delay_timer is not None:
+            if self._delay_due <= due:
+                return
+            self._delay_timer.cancel()
+        self._delay_due = due
+        self._delay_timer = loop.call_at(due, self._delay_over)
+
+    def _delay_over(self) -> None:
+        self._delay_timer = None
+        self._pump()
+
+    def _launch(self, worker: _InstanceThread, items: list[WorkItem]) -> None:
         start_ns = perf_counter_ns()
+        seq = next(self._dispatch_seq)
         rows = sum(i.batch_size for i in items)
         for item in items:
             if item.on_start is not None:
                 item.on_start(rows)
         names = tuple(dict.fromkeys(itertools.chain.from_iterable(i.outputs for i in items)))
-        try:
-            parts, in_ns, infer_ns, out_ns = await loop.run_in_executor(
-                self._executor,
-                _execute_batch,
-                instance,
-                [i.inputs for i in items],
-                names,
-                self.config.batching,
-            )
-        except Exception as exc:
+        self._in_flight += 1
+
+        def done(result: _Result | None, exc: BaseException | None) -> None:
+            self._finished(result, exc, worker, items, rows, seq, start_ns)
+
+        worker.submit([i.inputs for i in items], names, done)
+
+    def _finished(
+        self,
+        result: _Result | None,
+        exc: BaseException | None,
+        worker: _InstanceThread,
+        items: list[WorkItem],
+        rows: int,
+        seq: int,
+        start_ns: int,
+    ) -> None:
+        """On the loop, once a batch is done: resolve its requests, then start the next batch."""
+        self._in_flight -= 1
+        self._free.append(worker)
+        if exc is not None:
             if isinstance(exc, ModelsvcError) and not isinstance(exc, InternalError):
                 error: ModelsvcError = exc
             else:
@@ -374,6 +446,8 @@ class Scheduler:
                     if not item.future.done():
                         item.future.set_exception(error)
         else:
+            assert result is not None
+            parts, in_ns, infer_ns, out_ns = result
             self.stats.record_execution(rows, in_ns, infer_ns, out_ns)
 
             def resolve() -> None:
@@ -381,8 +455,7 @@ class Scheduler:
                     self.stats.record_request(start_ns - item.enqueued_ns, in_ns, infer_ns, out_ns)
                     if not item.future.done():
                         item.future.set_result(outputs)
-        finally:
-            self._free.put_nowait(instance)
+
         if self.config.preserve_ordering and len(self._instances) > 1:
             self._ready_results[seq] = resolve
             while self._release_next in self._ready_results:
@@ -390,3 +463,4 @@ class Scheduler:
                 self._release_next += 1
         else:
             resolve()
+        self._pump()

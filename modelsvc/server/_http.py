@@ -176,12 +176,17 @@ def _infer_target(path: str) -> tuple[str, str | None] | None:
     return None
 
 
+#: a request still unanswered this long after it arrived starts watching its connection
+WATCH_AFTER_S = 0.002
+
+
 class _InferHandler:
-    __slots__ = ("dataplane", "max_body_size")
+    __slots__ = ("_loop", "dataplane", "max_body_size")
 
     def __init__(self, dataplane: DataPlane, max_body_size: int) -> None:
         self.dataplane = dataplane
         self.max_body_size = max_body_size
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def __call__(self, model: str, version: str | None, scope: Scope, receive: Receive, send: Send) -> None:
         header_length: int | None = None
@@ -249,30 +254,44 @@ class _InferHandler:
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     async def _infer_watching(self, receive: Receive, name: str, version: str | None, request: Any) -> Any:
-        """Run the inference while watching the connection; None if the client disconnected."""
-        task = asyncio.current_task()
+        """Run the inference while watching the connection; None if the client disconnected.
+
+        Most requests are answered within a few milliseconds, so the watch (a task waiting on
+        ``receive()`` for ``http.disconnect``) starts only once a request has waited WATCH_AFTER_S;
+        a request abandoned while it waits in the queue is withdrawn and never runs.
+        """
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        task = asyncio.current_task(loop)
         assert task is not None
-        gone = False
+        state: dict[str, Any] = {"gone": False, "watch": None}
 
         def on_message(watch: asyncio.Task[Any]) -> None:
-            nonlocal gone
             if not watch.cancelled() and watch.exception() is None and watch.result()["type"] == "http.disconnect":
-                gone = True
+                state["gone"] = True
                 task.cancel()
 
-        watch = asyncio.ensure_future(receive())
-        watch.add_done_callback(on_message)
+        def start_watch() -> None:
+            watch: asyncio.Task[Any] = loop.create_task(receive())  # type: ignore[arg-type]
+            watch.add_done_callback(on_message)
+            state["watch"] = watch
+
+        timer = loop.call_later(WATCH_AFTER_S, start_watch)
         try:
             return await self.dataplane.infer(name, version, request)
         except asyncio.CancelledError:
-            if not gone:
+            if not state["gone"]:
                 raise
             task.uncancel()
             logger.debug("client went away; request for %s withdrawn", name)
             return None
         finally:
-            watch.remove_done_callback(on_message)
-            watch.cancel()
+            timer.cancel()
+            watch = state["watch"]
+            if watch is not None:
+                watch.remove_done_callback(on_message)
+                watch.cancel()
 
 
 def _header_int(value: bytes, name: str) -> int:
