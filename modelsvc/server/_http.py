@@ -1,21 +1,17 @@
 """The HTTP/REST transport of the v2 protocol: a thin layer over the data plane.
 
-Control routes are ordinary Litestar handlers. The infer route is a raw ASGI handler: it is the
-hot path, and it needs the body as bytes, the binary-extension header, and a watch on the client's
-connection (a request whose client went away is withdrawn from the queue).
+Every route is an ordinary Litestar handler. Inference goes through ``InferEndpoint`` (bytes in,
+bytes out), which the fast HTTP server in ``_httpserver`` also calls directly on its hot path.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 from litestar import Litestar, Request, Response, get, post
-from litestar.enums import ScopeType
 from litestar.exceptions import HTTPException
-from litestar.types import Receive, Scope, Send
 
 from ..protocol import (
     HEADER_CONTENT_LENGTH,
@@ -31,6 +27,8 @@ from ._errors import http_error
 logger = logging.getLogger("modelsvc.http")
 
 _JSON = "application/json"
+_JSON_BYTES = b"application/json"
+_BINARY = b"application/octet-stream"
 _HEADER_KEY = HEADER_CONTENT_LENGTH.encode()
 
 
@@ -48,8 +46,12 @@ def _error_response(request: Request[Any, Any, Any], exc: Exception) -> Response
     return Response(encode_error(message), status_code=status, media_type=_JSON)
 
 
-def create_http_app(dataplane: DataPlane, *, max_body_size: int = 64 * 1024 * 1024) -> HttpFront:
-    """The v2 HTTP app over ``dataplane``; bodies over ``max_body_size`` bytes get 413."""
+def create_http_app(dataplane: DataPlane, *, max_body_size: int = 64 * 1024 * 1024) -> Litestar:
+    """The complete v2 HTTP app over ``dataplane`` (bodies over ``max_body_size`` bytes get 413).
+
+    It runs under any ASGI server; ``modelsvc serve`` puts the fast HTTP server in front of it, which
+    answers ``POST .../infer`` itself through the same InferEndpoint.
+    """
 
     @get("/v2/health/live", media_type=_JSON, sync_to_thread=False)
     def live() -> Response[bytes]:
@@ -115,17 +117,27 @@ def create_http_app(dataplane: DataPlane, *, max_body_size: int = 64 * 1024 * 10
             ready_only = bool(parsed.get("ready", False))
         return _json(dataplane.repository_index(ready_only))
 
-    @post(
-        [
-            "/v2/models/{model_name:str}/infer",
-            "/v2/models/{model_name:str}/versions/{model_version:str}/infer",
-        ],
-        include_in_schema=False,
-    )
-    async def infer(model_name: str, model_version: str | None = None) -> None:
-        raise AssertionError("served by HttpFront")  # pragma: no cover - the front answers first
+    endpoint = InferEndpoint(dataplane)
 
-    app = Litestar(
+    @post(
+        ["/v2/models/{model_name:str}/infer", "/v2/models/{model_name:str}/versions/{model_version:str}/infer"],
+        status_code=200,
+    )
+    async def infer(
+        request: Request[Any, Any, Any], model_name: str, model_version: str | None = None
+    ) -> Response[bytes]:
+        header_length = request.headers.get(HEADER_CONTENT_LENGTH)
+        reply = await endpoint.handle(
+            model_name, model_version, None if header_length is None else header_length.encode(), await request.body()
+        )
+        return Response(
+            reply.body,
+            status_code=reply.status,
+            media_type=reply.content_type.decode(),
+            headers={k.decode(): v.decode() for k, v in reply.headers},
+        )
+
+    return Litestar(
         route_handlers=[
             live,
             ready,
@@ -143,28 +155,9 @@ def create_http_app(dataplane: DataPlane, *, max_body_size: int = 64 * 1024 * 10
         logging_config=None,
         debug=False,
     )
-    return HttpFront(app, _InferHandler(dataplane, max_body_size))
 
 
-class HttpFront:
-    """ASGI front: ``POST .../infer`` goes straight to the infer handler, the rest to Litestar."""
-
-    __slots__ = ("app", "infer")
-
-    def __init__(self, app: Litestar, infer: _InferHandler) -> None:
-        self.app = app
-        self.infer = infer
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == ScopeType.HTTP and scope["method"] == "POST":
-            target = _infer_target(scope["path"])
-            if target is not None:
-                await self.infer(target[0], target[1], scope, receive, send)
-                return
-        await self.app(scope, receive, send)
-
-
-def _infer_target(path: str) -> tuple[str, str | None] | None:
+def infer_target(path: str) -> tuple[str, str | None] | None:
     """``/v2/models/M/infer`` -> (M, None); ``/v2/models/M/versions/V/infer`` -> (M, V); else None."""
     if not path.startswith("/v2/models/") or not path.endswith("/infer"):
         return None
@@ -176,41 +169,30 @@ def _infer_target(path: str) -> tuple[str, str | None] | None:
     return None
 
 
-#: a request still unanswered this long after it arrived starts watching its connection
-WATCH_AFTER_S = 0.002
+class Reply(NamedTuple):
+    status: int
+    body: bytes
+    content_type: bytes
+    headers: tuple[tuple[bytes, bytes], ...] = ()
 
 
-class _InferHandler:
-    __slots__ = ("_loop", "dataplane", "max_body_size")
+class InferEndpoint:
+    """``POST .../infer``, bytes in and bytes out: shared by the Litestar route and the fast HTTP server.
 
-    def __init__(self, dataplane: DataPlane, max_body_size: int) -> None:
+    A client that goes away cancels the awaiting task; the data plane then withdraws the request
+    from its model's queue, so it never runs.
+    """
+
+    __slots__ = ("dataplane",)
+
+    def __init__(self, dataplane: DataPlane) -> None:
         self.dataplane = dataplane
-        self.max_body_size = max_body_size
-        self._loop: asyncio.AbstractEventLoop | None = None
 
-    async def __call__(self, model: str, version: str | None, scope: Scope, receive: Receive, send: Send) -> None:
-        header_length: int | None = None
-        declared = -1
+    async def handle(self, model: str, version: str | None, header_length: bytes | None, body: bytes) -> Reply:
         try:
-            for key, value in scope["headers"]:
-                if key == _HEADER_KEY:
-                    header_length = _header_int(value, HEADER_CONTENT_LENGTH)
-                elif key == b"content-length":
-                    declared = _header_int(value, "content-length")
-        except InvalidArgument as exc:
-            await _send(send, 400, encode_error(exc.message), _JSON)
-            return
-        if declared > self.max_body_size:
-            await _send(send, 413, encode_error(self._too_large(declared)), _JSON)
-            return
-        body = await self._read_body(receive, send)
-        if body is None:
-            return
-        try:
-            request = decode_infer_request(body, header_length)
-            response = await self._infer_watching(receive, model, version, request)
-            if response is None:  # the client went away
-                return
+            length = None if header_length is None else _header_int(header_length, HEADER_CONTENT_LENGTH)
+            request = decode_infer_request(body, length)
+            response = await self.dataplane.infer(model, version, request)
             default = request.binary_data_output
             wanted = {o.name: o.binary for o in request.outputs or ()}
             flags = [default if wanted.get(t.name) is None else bool(wanted[t.name]) for t in response.outputs]
@@ -219,79 +201,10 @@ class _InferHandler:
             status, message = http_error(exc)
             if status == 500:
                 logger.error("inference on model %s failed", model, exc_info=exc)
-            await _send(send, status, encode_error(message), _JSON)
-            return
+            return Reply(status, encode_error(message), _JSON_BYTES)
         if json_length is None:
-            await _send(send, 200, payload, _JSON)
-        else:
-            await _send(
-                send,
-                200,
-                payload,
-                "application/octet-stream",
-                ((_HEADER_KEY, str(json_length).encode()),),
-            )
-
-    def _too_large(self, size: int) -> str:
-        return f"request body of {size} bytes exceeds the limit of {self.max_body_size} bytes"
-
-    async def _read_body(self, receive: Receive, send: Send) -> bytes | None:
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return None
-            chunk: bytes = message.get("body", b"")  # type: ignore[assignment]
-            if chunk:
-                size += len(chunk)
-                if size > self.max_body_size:
-                    await _send(send, 413, encode_error(self._too_large(size)), _JSON)
-                    return None
-                chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-    async def _infer_watching(self, receive: Receive, name: str, version: str | None, request: Any) -> Any:
-        """Run the inference while watching the connection; None if the client disconnected.
-
-        Most requests are answered within a few milliseconds, so the watch (a task waiting on
-        ``receive()`` for ``http.disconnect``) starts only once a request has waited WATCH_AFTER_S;
-        a request abandoned while it waits in the queue is withdrawn and never runs.
-        """
-        loop = self._loop
-        if loop is None:
-            loop = self._loop = asyncio.get_running_loop()
-        task = asyncio.current_task(loop)
-        assert task is not None
-        state: dict[str, Any] = {"gone": False, "watch": None}
-
-        def on_message(watch: asyncio.Task[Any]) -> None:
-            if not watch.cancelled() and watch.exception() is None and watch.result()["type"] == "http.disconnect":
-                state["gone"] = True
-                task.cancel()
-
-        def start_watch() -> None:
-            watch: asyncio.Task[Any] = loop.create_task(receive())  # type: ignore[arg-type]
-            watch.add_done_callback(on_message)
-            state["watch"] = watch
-
-        timer = loop.call_later(WATCH_AFTER_S, start_watch)
-        try:
-            return await self.dataplane.infer(name, version, request)
-        except asyncio.CancelledError:
-            if not state["gone"]:
-                raise
-            task.uncancel()
-            logger.debug("client went away; request for %s withdrawn", name)
-            return None
-        finally:
-            timer.cancel()
-            watch = state["watch"]
-            if watch is not None:
-                watch.remove_done_callback(on_message)
-                watch.cancel()
+            return Reply(200, payload, _JSON_BYTES)
+        return Reply(200, payload, _BINARY, ((_HEADER_KEY, str(json_length).encode()),))
 
 
 def _header_int(value: bytes, name: str) -> int:
@@ -302,19 +215,3 @@ def _header_int(value: bytes, name: str) -> int:
     if number < 0:
         raise InvalidArgument(f"header {name} must not be negative")
     return number
-
-
-async def _send(
-    send: Send,
-    status: int,
-    body: bytes,
-    content_type: str,
-    extra: tuple[tuple[bytes, bytes], ...] = (),
-) -> None:
-    headers = [
-        (b"content-type", content_type.encode()),
-        (b"content-length", str(len(body)).encode()),
-        *extra,
-    ]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body, "more_body": False})

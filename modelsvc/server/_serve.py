@@ -3,21 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import logging
 import signal
-from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import uvicorn
 from litestar import Litestar, Response, get
 
 from ..repository import ModelRepository
 from ._dataplane import DataPlane
-from ._http import create_http_app
+from ._http import InferEndpoint, create_http_app
+from ._httpserver import HttpServer
 from ._metrics import Metrics
 from ._models import ModelManager
 
@@ -46,38 +43,12 @@ class ServeOptions:
     log_verbose: int = 0
 
 
-class _Server(uvicorn.Server):
-    """A uvicorn server whose signals are handled by ``serve`` for all endpoints together."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Generator[None, None, None]:
-        yield
-
-
 def create_metrics_app(metrics: Metrics) -> Litestar:
     @get("/metrics", sync_to_thread=False)
     def scrape() -> Response[bytes]:
         return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     return Litestar(route_handlers=[scrape], openapi_config=None, logging_config=None)
-
-
-def _uvicorn(app: Any, host: str, port: int, options: ServeOptions) -> _Server:
-    config = uvicorn.Config(
-        app,
-        host=host,
-        port=port,
-        log_config=None,
-        access_log=False,
-        lifespan="off",
-        http="httptools",
-        timeout_graceful_shutdown=options.exit_timeout_secs,
-        timeout_keep_alive=75,
-        backlog=4096,
-        proxy_headers=False,
-        server_header=False,
-    )
-    return _Server(config)
 
 
 async def serve(options: ServeOptions) -> int:
@@ -102,35 +73,49 @@ async def serve(options: ServeOptions) -> int:
     gc.set_threshold(20_000, 20, 20)
     dataplane = DataPlane(models)
     dataplane.accepting = True
-    servers: list[_Server] = []
-    if options.allow_http:
-        app = create_http_app(dataplane, max_body_size=options.http_max_input_size)
-        servers.append(_uvicorn(app, options.http_address, options.http_port, options))
-    if options.allow_metrics:
-        metrics_app = create_metrics_app(Metrics(models))
-        servers.append(_uvicorn(metrics_app, options.metrics_address, options.metrics_port, options))
+    servers: list[HttpServer] = []
+    try:
+        if options.allow_http:
+            app = create_http_app(dataplane, max_body_size=options.http_max_input_size)
+            http = HttpServer(app, infer=InferEndpoint(dataplane), max_body_size=options.http_max_input_size)
+            await http.start(options.http_address, options.http_port)
+            servers.append(http)
+            logger.info("HTTP v2 endpoint on %s:%d", *http.address)
+        if options.allow_metrics:
+            metrics = HttpServer(create_metrics_app(Metrics(models)))
+            await metrics.start(options.metrics_address, options.metrics_port)
+            servers.append(metrics)
+            logger.info("metrics on %s:%d/metrics", *metrics.address)
+    except OSError as exc:
+        logger.error("cannot open an endpoint: %s", exc)
+        await asyncio.gather(*(s.shutdown(0) for s in servers))
+        await models.close()
+        return 1
     if options.allow_grpc:
         logger.info("gRPC endpoint is not part of this build yet; --grpc-port %d is not opened", options.grpc_port)
 
     loop = asyncio.get_running_loop()
     stopping = asyncio.Event()
+    signals_seen = 0
 
     def stop(sig: signal.Signals) -> None:
-        if stopping.is_set():
+        nonlocal signals_seen
+        signals_seen += 1
+        if signals_seen > 1:
             logger.warning("second %s: closing connections now", sig.name)
             for s in servers:
-                s.force_exit = True
+                for conn in list(s.connections):
+                    conn.close()
             return
         logger.info("%s received: draining in-flight requests, then exiting", sig.name)
-        stopping.set()
         dataplane.draining = True
-        for s in servers:
-            s.should_exit = True
+        stopping.set()
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop, sig)
     try:
-        await asyncio.gather(*(s.serve() for s in servers))
+        await stopping.wait()
+        await asyncio.gather(*(s.shutdown(options.exit_timeout_secs) for s in servers))
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)

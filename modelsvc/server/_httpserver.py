@@ -1,0 +1,372 @@
+"""A small HTTP/1.1 server for the v2 endpoints, on httptools (the C parser uvicorn also uses).
+
+``POST .../infer`` is answered by the InferEndpoint directly: one parse, one task and one write per
+request, and a client that disconnects cancels its request, which leaves the model's queue unrun.
+Every other request goes to an ASGI app (the Litestar app) through a small bridge that buffers the
+response, which suits the control routes: small, never streamed.
+
+HTTP/1.1 as clients use it: keep-alive (closed after ``keep_alive_s`` idle), pipelined requests
+answered in order, ``Expect: 100-continue``, chunked request bodies, a body limit answered with 413,
+and a drain on shutdown that lets every request already read finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections import deque
+from collections.abc import Awaitable, Callable
+from http import HTTPStatus
+from typing import Any, cast
+from urllib.parse import unquote
+
+import httptools
+
+from ..protocol import HEADER_CONTENT_LENGTH, encode_error
+from ._http import InferEndpoint, infer_target
+
+logger = logging.getLogger("modelsvc.http")
+
+#: an ASGI application (the Litestar app), called as app(scope, receive, send)
+ASGIApp = Callable[..., Awaitable[None]]
+
+_STATUS_LINES = {s.value: f"HTTP/1.1 {s.value} {s.phrase}\r\n".encode() for s in HTTPStatus}
+_JSON = b"application/json"
+_HEADER_KEY = HEADER_CONTENT_LENGTH.encode()
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+_MAX_PIPELINED = 32
+_SKIPPED = {b"content-length", b"transfer-encoding", b"connection"}
+
+
+def _response(
+    status: int,
+    body: bytes,
+    content_type: bytes | None,
+    headers: tuple[tuple[bytes, bytes], ...] | list[tuple[bytes, bytes]] = (),
+    close: bool = False,
+) -> bytes:
+    """Status line, headers and body as one buffer, for one write."""
+    parts = [_STATUS_LINES.get(status) or f"HTTP/1.1 {status} \r\n".encode()]
+    if content_type is not None:
+        parts += [b"content-type: ", content_type, b"\r\n"]
+    parts += [b"content-length: ", str(len(body)).encode(), b"\r\n"]
+    for key, value in headers:
+        parts += [key, b": ", value, b"\r\n"]
+    if close:
+        parts.append(b"connection: close\r\n")
+    parts += [b"\r\n", body]
+    return b"".join(parts)
+
+
+class _Request:
+    __slots__ = ("body", "headers", "keep_alive", "method", "too_large", "url", "version")
+
+    def __init__(
+        self,
+        method: bytes,
+        url: bytes,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes,
+        keep_alive: bool,
+        too_large: bool,
+        version: str,
+    ) -> None:
+        self.method = method
+        self.url = url
+        self.headers = headers
+        self.body = body
+        self.keep_alive = keep_alive
+        self.too_large = too_large
+        self.version = version
+
+
+class HttpServer:
+    """Serves ``app`` (and, when given, the infer fast path) on one address."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        infer: InferEndpoint | None = None,
+        max_body_size: int = 64 * 1024 * 1024,
+        keep_alive_s: float = 75.0,
+    ) -> None:
+        self.app = app
+        self.infer = infer
+        self.max_body_size = max_body_size
+        self.keep_alive_s = keep_alive_s
+        self.connections: set[_Connection] = set()
+        self.draining = False
+        self.address: tuple[str, int] = ("", 0)
+        self._server: asyncio.Server | None = None
+        self._sweeper: asyncio.Task[None] | None = None
+        self._drained = asyncio.Event()
+
+    async def start(self, host: str, port: int) -> None:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: _Connection(self, loop), host, port, backlog=4096, reuse_address=True
+        )
+        sockname = self._server.sockets[0].getsockname()
+        self.address = (sockname[0], sockname[1])
+        self._sweeper = loop.create_task(self._sweep_idle())
+
+    async def shutdown(self, grace_s: float) -> None:
+        """Stop accepting, let requests already read finish (up to ``grace_s``), close every connection."""
+        self.draining = True
+        if self._server is not None:
+            self._server.close()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        for conn in list(self.connections):
+            if conn.idle:
+                conn.close()
+        self.connection_idle()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._drained.wait(), grace_s)
+        for conn in list(self.connections):
+            conn.close()
+
+    def connection_idle(self) -> None:
+        """A connection finished its requests (or closed): while draining, see whether all are done."""
+        if self.draining and all(c.idle for c in self.connections):
+            self._drained.set()
+
+    async def _sweep_idle(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(min(5.0, self.keep_alive_s))
+            cutoff = loop.time() - self.keep_alive_s
+            for conn in list(self.connections):
+                if conn.idle and conn.last_active < cutoff:
+                    conn.close()
+
+    async def respond(self, request: _Request, conn: _Connection) -> bytes:
+        """The whole response to one request, as bytes."""
+        close = not request.keep_alive or self.draining
+        if request.too_large:
+            message = f"request body exceeds the limit of {self.max_body_size} bytes"
+            return _response(413, encode_error(message), _JSON, close=True)
+        raw_path, _, query = request.url.partition(b"?")
+        path = unquote(raw_path.decode("latin-1"))
+        if self.infer is not None and request.method == b"POST":
+            target = infer_target(path)
+            if target is not None:
+                header_length = None
+                for key, value in request.headers:
+                    if key == _HEADER_KEY:
+                        header_length = value
+                        break
+                reply = await self.infer.handle(target[0], target[1], header_length, request.body)
+                return _response(reply.status, reply.body, reply.content_type, reply.headers, close)
+        return await self._asgi(request, conn, path, raw_path, query, close)
+
+    async def _asgi(
+        self, request: _Request, conn: _Connection, path: str, raw_path: bytes, query: bytes, close: bool
+    ) -> bytes:
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0", "spec_version": "2.3"},
+            "http_version": request.version,
+            "method": request.method.decode("latin-1"),
+            "scheme": "http",
+            "path": path,
+            "raw_path": raw_path,
+            "query_string": query,
+            "root_path": "",
+            "headers": request.headers,
+            "server": self.address,
+            "client": conn.peer,
+            "state": {},
+        }
+        body_sent = False
+        status = 500
+        headers: list[tuple[bytes, bytes]] = []
+        chunks: list[bytes] = []
+
+        async def receive() -> dict[str, Any]:
+            nonlocal body_sent
+            if not body_sent:
+                body_sent = True
+                return {"type": "http.request", "body": request.body, "more_body": False}
+            await conn.lost()
+            return {"type": "http.disconnect"}
+
+        async def send(message: Any) -> None:
+            nonlocal status, headers
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                headers = [(k.lower(), v) for k, v in message.get("headers", ()) if k.lower() not in _SKIPPED]
+            elif message["type"] == "http.response.body":
+                chunks.append(message.get("body", b""))
+
+        try:
+            await self.app(scope, receive, send)
+        except Exception:
+            logger.exception("unhandled error serving %s %s", scope["method"], path)
+            return _response(500, encode_error("internal server error; see the server log"), _JSON, close=close)
+        body = b"".join(chunks)
+        if request.method == b"HEAD":
+            body = b""
+        return _response(status, body, None, headers, close)
+
+
+class _Connection(asyncio.Protocol):
+    """One client connection: parses requests, answers them in order."""
+
+    def __init__(self, server: HttpServer, loop: asyncio.AbstractEventLoop) -> None:
+        self.server = server
+        self.loop = loop
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpRequestParser(self)
+        self.peer: tuple[str, int] | None = None
+        self.queue: deque[_Request] = deque()
+        self.task: asyncio.Task[None] | None = None
+        self.closed = False
+        self.paused = False
+        self.last_active = loop.time()
+        self._lost: asyncio.Future[None] | None = None
+        self._url = b""
+        self._headers: list[tuple[bytes, bytes]] = []
+        self._body: list[bytes] = []
+        self._size = 0
+        self._too_large = False
+
+    @property
+    def idle(self) -> bool:
+        return self.task is None and not self.queue
+
+    def lost(self) -> asyncio.Future[None]:
+        """Resolves when the client disconnects."""
+        if self._lost is None:
+            self._lost = self.loop.create_future()
+            if self.closed:
+                self._lost.set_result(None)
+        return self._lost
+
+    def close(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.close()
+
+    # -- asyncio.Protocol -------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass asyncio's
+        peer = transport.get_extra_info("peername")
+        self.peer = (peer[0], peer[1]) if isinstance(peer, tuple) else None
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.server.connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.server.connections.discard(self)
+        self.queue.clear()
+        if self.task is not None:
+            self.task.cancel()
+        if self._lost is not None and not self._lost.done():
+            self._lost.set_result(None)
+        self.server.connection_idle()
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._reject(400, "protocol upgrades are not supported")
+        except httptools.HttpParserError as exc:
+            self._reject(400, f"malformed HTTP request: {exc}")
+
+    def _reject(self, status: int, message: str) -> None:
+        """Unparseable input: answer if nothing is in flight, then close."""
+        assert self.transport is not None
+        if self.idle:
+            self.transport.write(_response(status, encode_error(message), _JSON, close=True))
+        self.transport.close()
+
+    # -- httptools callbacks ----------------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        self._url = b""
+        self._headers = []
+        self._body = []
+        self._size = 0
+        self._too_large = False
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers.append((name.lower(), value))
+
+    def on_headers_complete(self) -> None:
+        expect_continue = False
+        for key, value in self._headers:
+            if key == b"content-length":
+                try:
+                    if int(value) > self.server.max_body_size:
+                        self._too_large = True
+                except ValueError:
+                    pass  # httptools rejects a bad content-length itself
+            elif key == b"expect" and value.lower() == b"100-continue":
+                expect_continue = True
+        if expect_continue and not self._too_large and self.transport is not None:
+            self.transport.write(_CONTINUE)
+
+    def on_body(self, body: bytes) -> None:
+        if self._too_large:
+            return
+        self._size += len(body)
+        if self._size > self.server.max_body_size:
+            self._too_large = True
+            self._body = []
+            return
+        self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
+        request = _Request(
+            self.parser.get_method(),
+            self._url,
+            self._headers,
+            body,
+            self.parser.should_keep_alive(),
+            self._too_large,
+            self.parser.get_http_version(),
+        )
+        self.queue.append(request)
+        if len(self.queue) > _MAX_PIPELINED and self.transport is not None and not self.paused:
+            self.transport.pause_reading()
+            self.paused = True
+        if self.task is None:
+            self._next()
+
+    # -- answering --------------------------------------------------------------------------------
+    def _next(self) -> None:
+        if self.queue and not self.closed:
+            self.task = self.loop.create_task(self._serve(self.queue.popleft()))
+            if self.paused and len(self.queue) <= _MAX_PIPELINED // 2 and self.transport is not None:
+                self.transport.resume_reading()
+                self.paused = False
+        else:
+            self.task = None
+            self.last_active = self.loop.time()
+            self.server.connection_idle()
+
+    async def _serve(self, request: _Request) -> None:
+        try:
+            payload = await self.server.respond(request, self)
+        except asyncio.CancelledError:
+            return  # the client went away
+        except Exception:  # pragma: no cover - respond() answers its own errors
+            logger.exception("error answering a request")
+            payload = _response(500, encode_error("internal server error"), _JSON, close=True)
+        if self.closed or self.transport is None:
+            return
+        self.transport.write(payload)
+        if not request.keep_alive or request.too_large or self.server.draining:
+            self.transport.close()
+            self.task = None
+            return
+        self._next()
