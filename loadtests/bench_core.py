@@ -6,6 +6,8 @@
 (b)  a small transformer-like ONNX model, batch 1 x 128 tokens, concurrency 16, dynamic batching on vs off
 (c)  the same ONNX model in-process with onnxruntime at batch 1..32: the best rows/s is the ceiling,
      and (b, batched) / ceiling is the serving efficiency (target >= 90 %)
+(r)  the two targets measured in interleaved rounds with both servers up (the machine is shared and noisy,
+     so one run each is not a comparison): modelsvc vs Triton at c=8, served vs ceiling; medians
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ TOK_LABELS = 4
 SEQ = 128
 TOK_MAX_BATCH = 32
 TOK_QUEUE_DELAY_US = 1000
+#: tok_tuned: what a configuration sweep picks for 16 clients: wait (up to 5 ms) for full batches of 16
+TOK_TUNED_BATCHING = "dynamic_batching { preferred_batch_size: [ 16 ] max_queue_delay_microseconds: 5000 }\n"
 TOK_CONCURRENCY = 16
 IDENTITY_CONCURRENCY = (1, 8, 32)
 TRITON_CONCURRENCY = 8
@@ -94,7 +98,7 @@ def write_modelsvc_repo(repo: Path) -> None:
     write_model(repo, "identity", identity(), IDENTITY_CONFIG.format(engine='platform: "onnxruntime_onnx"'))
     tok = token_classifier(vocab=TOK_VOCAB, hidden=TOK_HIDDEN, labels=TOK_LABELS, layers=TOK_LAYERS)
     batching = f"dynamic_batching {{ max_queue_delay_microseconds: {TOK_QUEUE_DELAY_US} }}\n"
-    for name, block in (("tok_batched", batching), ("tok_unbatched", "")):
+    for name, block in (("tok_batched", batching), ("tok_tuned", TOK_TUNED_BATCHING), ("tok_unbatched", "")):
         config = TOK_CONFIG.format(name=name, max_batch=TOK_MAX_BATCH, labels=TOK_LABELS, batching=block)
         write_model(repo, name, tok, config)
 
@@ -180,7 +184,8 @@ def run_modelsvc(workdir: Path, use_perf: bool, parts: set[str], rows: list[Row]
             points += [("a", "identity", c, identity_inputs(), ["OUTPUT0"], None) for c in IDENTITY_CONCURRENCY]
         if "b" in parts:
             points += [
-                ("b", name, TOK_CONCURRENCY, tok_in, ["logits"], tok_json) for name in ("tok_batched", "tok_unbatched")
+                ("b", name, TOK_CONCURRENCY, tok_in, ["logits"], tok_json)
+                for name in ("tok_batched", "tok_tuned", "tok_unbatched")
             ]
         for part, model, conc, inputs, outputs, data in points:
             label = f"{model} c={conc}"
@@ -206,6 +211,86 @@ def run_triton(workdir: Path, use_perf: bool, rows: list[Row]) -> None:
             rows.append(Row("a'", "triton 2.51", label, res))
     except Exception as exc:
         rows.append(Row("a'", "triton 2.51", label, None, str(exc)))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# (r) interleaved rounds: the comparisons that carry a target, measured back to back, several times
+
+
+@dataclass
+class Round:
+    modelsvc_identity: float | None
+    triton_identity: float | None
+    served_tok: float | None
+    served_tuned: float | None
+    ceiling: float
+    ceiling_batch: int
+
+
+def run_rounds(workdir: Path, rounds: int) -> list[Round]:
+    """Both servers up at once; each round measures modelsvc c=8, Triton c=8, served tok_batched, ceiling."""
+    repo = workdir / "rounds_modelsvc_repo"
+    write_modelsvc_repo(repo)
+    tok_in = [Input(k, "INT64", v) for k, v in tok_inputs(1).items()]
+    tok_json = _perf.write_input_json(workdir / "rounds_tok_input.json", tok_in, variants=8)
+    triton_cm = None
+    if _servers.pytriton_dir() is not None:
+        triton_repo = workdir / "rounds_triton_repo"
+        _servers.write_triton_identity(triton_repo, "identity", IDENTITY_CONFIG.format(engine='backend: "python"'))
+        triton_cm = _servers.triton_server(triton_repo, workdir)
+    out: list[Round] = []
+    with _servers.modelsvc_server(repo) as modelsvc:
+        triton = triton_cm.__enter__() if triton_cm is not None else None
+        try:
+            for i in range(rounds):
+                print(f"  round {i + 1}/{rounds} ...", flush=True)
+                ident = measure(modelsvc, "identity", TRITON_CONCURRENCY, identity_inputs(), ["OUTPUT0"], workdir, True)
+                trit = None
+                if triton is not None:
+                    trit = measure(
+                        triton, "identity", TRITON_CONCURRENCY, identity_inputs(), ["OUTPUT0"], workdir, True
+                    ).infer_per_s
+                tok = measure(modelsvc, "tok_batched", TOK_CONCURRENCY, tok_in, ["logits"], workdir, True, tok_json)
+                tuned = measure(modelsvc, "tok_tuned", TOK_CONCURRENCY, tok_in, ["logits"], workdir, True, tok_json)
+                best = max(in_process_ceiling(), key=lambda c: c[1])
+                out.append(Round(ident.infer_per_s, trit, tok.infer_per_s, tuned.infer_per_s, best[1], best[0]))
+        finally:
+            if triton_cm is not None:
+                triton_cm.__exit__(None, None, None)
+    return out
+
+
+def print_rounds(rounds: list[Round]) -> None:
+    def med(values: list[float]) -> float:
+        return float(np.median(values)) if values else float("nan")
+
+    print(
+        f"\n(r) interleaved rounds, both servers up, each round back to back (identity c={TRITON_CONCURRENCY}, "
+        f"tok_* c={TOK_CONCURRENCY}, ceiling = best in-process batch)"
+    )
+    print(
+        f"{'round':>5} {'modelsvc':>9} {'triton':>9} {'ms/triton':>9} {'batched':>8} {'tuned':>8} "
+        f"{'ceiling':>8} {'batched/ceil':>12} {'tuned/ceil':>10}"
+    )
+    for i, r in enumerate(rounds, 1):
+        ident = r.modelsvc_identity or 0.0
+        trit = f"{r.triton_identity:9.0f}" if r.triton_identity else f"{'-':>9}"
+        ratio = f"{ident / r.triton_identity:9.2f}" if r.triton_identity else f"{'-':>9}"
+        batched, tuned = r.served_tok or 0.0, r.served_tuned or 0.0
+        print(
+            f"{i:>5} {ident:9.0f} {trit} {ratio} {batched:8.0f} {tuned:8.0f} {r.ceiling:8.0f} "
+            f"{batched / r.ceiling:12.1%} {tuned / r.ceiling:10.1%}"
+        )
+    ms_triton = [r.modelsvc_identity / r.triton_identity for r in rounds if r.modelsvc_identity and r.triton_identity]
+    if ms_triton:
+        verdict = "meets" if med(ms_triton) >= 1.0 else "BELOW"
+        print(f"median modelsvc / triton (identity c={TRITON_CONCURRENCY}): {med(ms_triton):.2f} ({verdict} 1.00)")
+    for label, values in (
+        ("tok_batched", [(r.served_tok or 0.0) / r.ceiling for r in rounds]),
+        ("tok_tuned", [(r.served_tuned or 0.0) / r.ceiling for r in rounds]),
+    ):
+        verdict = "meets" if med(values) >= TARGET_RATIO else "BELOW"
+        print(f"median served / ceiling ({label}): {med(values):.1%} ({verdict} the {TARGET_RATIO:.0%} target)")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -261,9 +346,12 @@ def print_breakdowns(rows: list[Row]) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m loadtests.bench_core", description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--parts", default="a,a',b,c", help="comma-separated subset of a, a2 (= a'), b, c (default all)"
+        "--parts", default="a,a',b,c,r", help="comma-separated subset of a, a2 (= a'), b, c, r (default all)"
     )
     parser.add_argument("--python-load", action="store_true", help="use the Python load generator, not perf_analyzer")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="rounds of part r, the interleaved comparison (default 3)"
+    )
     args = parser.parse_args(argv)
     parts = {p.strip().replace("a2", "a'") for p in args.parts.split(",") if p.strip()}
 
@@ -294,6 +382,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             run_modelsvc(workdir, use_perf, parts, rows)
         if "a'" in parts:
             run_triton(workdir, use_perf, rows)
+        rounds = run_rounds(workdir, args.rounds) if "r" in parts and use_perf else []
 
     rows.sort(key=lambda r: ["a", "a'", "b"].index(r.part))
     if rows:
@@ -310,18 +399,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{batch:>5} {rps:>9.0f} {ms:>8.2f}")
         best = max(ceiling, key=lambda c: c[1])
         print(f"ceiling: {best[1]:.0f} rows/s at batch {best[0]}")
-        served = next((r.result for r in rows if r.model.startswith("tok_batched") and r.result), None)
-        if served is not None:
+        for name in ("tok_batched", "tok_tuned"):
+            served = next((r.result for r in rows if r.model.startswith(name) and r.result), None)
+            if served is None:
+                continue
             ratio = served.infer_per_s / best[1]
             verdict = "meets" if ratio >= TARGET_RATIO else "BELOW"
-            print(f"served tok_batched / ceiling = {served.infer_per_s:.0f} / {best[1]:.0f} = {ratio:.1%} "
+            print(f"served {name} / ceiling = {served.infer_per_s:.0f} / {best[1]:.0f} = {ratio:.1%} "
                   f"({verdict} the {TARGET_RATIO:.0%} target)")  # fmt: skip
             avg = served.avg_batch
             if avg:
                 # Compare with the in-process rate at the batch size the server actually ran.
                 near = min(ceiling, key=lambda c: abs(c[0] - avg))
-                print(f"served tok_batched / in-process at batch {near[0]} (server's average batch "
+                print(f"served {name} / in-process at batch {near[0]} (server's average batch "
                       f"{avg:.1f}) = {served.infer_per_s / near[1]:.1%}")  # fmt: skip
+    if rounds:
+        print_rounds(rounds)
     errors = [r for r in rows if r.result is None and r.error and "not installed" not in r.error]
     if errors:
         print("\nerrors:")
