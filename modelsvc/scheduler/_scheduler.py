@@ -304,11 +304,19 @@ class Scheduler:
         queue = self._levels[level - 1]
         if policy.max_queue_size and len(queue) + len(self._delayed[level - 1]) >= policy.max_queue_size:
             raise Unavailable(f"Exceeds maximum queue size of {policy.max_queue_size} for model '{self._label}'")
+        shape_key: Hashable = None
         if cfg.batching:
-            batch_size = next(iter(inputs.values())).shape[0]
-            shape_key: Hashable = tuple((n, a.shape[1:]) for n, a in inputs.items()) if cfg.dynamic else None
+            if len(inputs) == 1:
+                ((name, array),) = inputs.items()
+                batch_size = array.shape[0]
+                if cfg.dynamic:
+                    shape_key = (name, array.shape[1:])
+            else:
+                batch_size = next(iter(inputs.values())).shape[0]
+                if cfg.dynamic:
+                    shape_key = tuple([(n, a.shape[1:]) for n, a in inputs.items()])
         else:
-            batch_size, shape_key = 1, None
+            batch_size = 1
         item = WorkItem(
             inputs=inputs,
             outputs=tuple(outputs),
@@ -320,7 +328,7 @@ class Scheduler:
             queue=queue,
             on_start=on_start,
         )
-        timeout_ns = policy.timeout_ns(timeout_us)
+        timeout_ns = policy.default_timeout_ns if timeout_us is None else policy.timeout_ns(timeout_us)
         if timeout_ns:
             item.timer = loop.call_later(timeout_ns / 1e9, self._expire, item, policy.timeout_action)
         queue.append(item)
@@ -450,9 +458,11 @@ class Scheduler:
             parts, in_ns, infer_ns, out_ns = result
             self.stats.record_execution(rows, in_ns, infer_ns, out_ns)
 
+            waited = start_ns * len(items) - sum(item.enqueued_ns for item in items)
+            self.stats.record_requests(len(items), waited, in_ns, infer_ns, out_ns)
+
             def resolve() -> None:
                 for item, outputs in zip(items, parts, strict=True):
-                    self.stats.record_request(start_ns - item.enqueued_ns, in_ns, infer_ns, out_ns)
                     if not item.future.done():
                         item.future.set_result(outputs)
 

@@ -58,12 +58,13 @@ class ModelStats:
         stat.compute_infer.add(infer_ns)
         stat.compute_output.add(output_ns)
 
-    def record_request(self, queue_ns: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
-        """One request of a batch: its own wait, and the batch's compute times (as Triton counts them)."""
-        self.queue.add(queue_ns)
-        self.compute_input.add(input_ns)
-        self.compute_infer.add(infer_ns)
-        self.compute_output.add(output_ns)
+    def record_requests(self, count: int, queue_ns: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
+        """``count`` requests of one batch: their summed waits, and each the batch's compute times
+        (as Triton counts them)."""
+        self.queue.add(queue_ns, count)
+        self.compute_input.add(input_ns * count, count)
+        self.compute_infer.add(infer_ns * count, count)
+        self.compute_output.add(output_ns * count, count)
 
     def as_json(self) -> dict[str, Any]:
         zero = {"count": 0, "ns": 0}

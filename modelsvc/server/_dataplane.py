@@ -111,16 +111,16 @@ class DataPlane:
             inputs = _check_inputs(mv, request)
             wanted = _requested_outputs(mv, request)
             params = request.parameters
-            outputs = await mv.scheduler.infer(
-                inputs,
-                wanted,
-                priority=_int_param(params, "priority"),
-                timeout_us=_int_param(params, "timeout") or None,
-            )
+            if params:
+                priority = _int_param(params, "priority")
+                timeout_us = _int_param(params, "timeout") or None
+            else:
+                priority, timeout_us = 0, None
+            outputs = await mv.scheduler.infer(inputs, wanted, priority=priority, timeout_us=timeout_us)
             response = InferResponse(
                 model_name=name,
-                model_version=str(mv.version),
-                outputs=[_output_tensor(mv.outputs[n], outputs, n, mv.max_batch_size > 0) for n in wanted],
+                model_version=mv.version_label,
+                outputs=[_output_tensor(mv.outputs[n], outputs, n, mv.batching) for n in wanted],
                 id=request.id,
             )
         except BaseException:
@@ -148,7 +148,7 @@ def _shape_matches(shape: tuple[int, ...], dims: tuple[int, ...]) -> bool:
 def _check_inputs(mv: ModelVersion, request: InferRequest) -> dict[str, np.ndarray[Any, Any]]:
     """The request's inputs as the model takes them; every disagreement names the tensor."""
     arrays: dict[str, np.ndarray[Any, Any]] = {}
-    batching = mv.max_batch_size > 0
+    batching = mv.batching
     batch_size = None
     for tensor in request.inputs:
         spec = mv.inputs.get(tensor.name)

@@ -53,10 +53,14 @@ class ModelVersion:
     inputs: dict[str, TensorSpec]
     outputs: dict[str, TensorSpec]
     providers: list[str]
+    max_batch_size: int = 0
+    batching: bool = False
+    version_label: str = ""
 
-    @property
-    def max_batch_size(self) -> int:
-        return int(self.config.max_batch_size)
+    def __post_init__(self) -> None:
+        self.max_batch_size = int(self.config.max_batch_size)
+        self.batching = self.max_batch_size > 0
+        self.version_label = str(self.version)
 
 
 @dataclass(slots=True)
