@@ -191,8 +191,10 @@ def triton_server(repo: Path, workdir: Path) -> ServerProcess:
     pkg = pytriton_dir()
     if pkg is None:
         raise RuntimeError("nvidia-pytriton not installed")
-    dist = workdir / "tritonserver"
-    shutil.copytree(pkg / "tritonserver", dist, ignore=shutil.ignore_patterns("python_backend_stubs"))
+    dist = Path(tempfile.mkdtemp(prefix="tritonserver-", dir=workdir))  # one per start: part r starts another
+    shutil.copytree(
+        pkg / "tritonserver", dist, ignore=shutil.ignore_patterns("python_backend_stubs"), dirs_exist_ok=True
+    )
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     stub = pkg / "tritonserver" / "python_backend_stubs" / version / "triton_python_backend_stub"
     if not stub.exists():

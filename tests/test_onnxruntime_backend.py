@@ -15,6 +15,7 @@ from modelsvc.backends import ModelInstance, ModelLoadError, get_backend, visibl
 from modelsvc.backends._onnxruntime import ORT_TO_CONFIG, OnnxRuntimeBackend, _gpu_providers
 from modelsvc.protocol import CONFIG_TO_WIRE, WIRE_TO_CONFIG, InvalidArgument
 from modelsvc.repository import ModelRepository, ModelSource
+from tests.conftest import DTYPES
 from tests.onnx_models import add_sub, identity, token_classifier, write_model
 
 GPU_GROUP = "instance_group [ { kind: KIND_GPU gpus: [ 0 ] } ]\n"
@@ -33,7 +34,7 @@ def instances(src: ModelSource) -> list[ModelInstance]:
 
 
 def one_instance(repo: Path, name: str, model: Any, config: str | None = None) -> ModelInstance:
-    [instance] = instances(source(repo, name, model, config))
+    instance = instances(source(repo, name, model, config))[0]
     return instance
 
 
@@ -48,24 +49,7 @@ def test_type_map_covers_every_config_type() -> None:
     assert set(ORT_TO_CONFIG.values()) == set(CONFIG_TO_WIRE)
 
 
-@pytest.mark.parametrize(
-    "datatype",
-    [
-        "BOOL",
-        "UINT8",
-        "UINT16",
-        "UINT32",
-        "UINT64",
-        "INT8",
-        "INT16",
-        "INT32",
-        "INT64",
-        "FP16",
-        "FP32",
-        "FP64",
-        "BYTES",
-    ],
-)
+@pytest.mark.parametrize("datatype", DTYPES)
 def test_autocomplete_datatypes(tmp_path: Path, datatype: str) -> None:
     config = source(tmp_path, "m", identity(datatype), None).config
     assert config.input[0].data_type == config.output[0].data_type
@@ -84,7 +68,7 @@ def test_autocomplete_datatypes(tmp_path: Path, datatype: str) -> None:
 
 def test_identity_fp32(tmp_path: Path) -> None:
     instance = one_instance(tmp_path, "ident", identity())
-    assert (instance.name, instance.device, instance.providers) == ("ident", "cpu", ["CPUExecutionProvider"])
+    assert (instance.name, instance.device, instance.providers) == ("ident_0", "cpu", ["CPUExecutionProvider"])
     x = np.arange(48, dtype=np.float32).reshape(3, 16)
     out = instance.execute({"INPUT0": x}, ["OUTPUT0"])
     assert list(out) == ["OUTPUT0"]
@@ -163,7 +147,8 @@ def test_instance_names_follow_triton(tmp_path: Path) -> None:
         '  { name: "extra" count: 1 kind: KIND_CPU } ]'
     )
     created = instances(source(tmp_path, "ident", identity(), config))
-    assert [i.name for i in created] == ["ident_0_0", "ident_0_1", "ident_1", "extra"]
+    # the middle group has no count: 2 instances, as Triton gives KIND_CPU onnxruntime groups
+    assert [i.name for i in created] == ["ident_0_0", "ident_0_1", "ident_1_0", "ident_1_1", "extra"]
     assert all(i.device == "cpu" for i in created)
 
 

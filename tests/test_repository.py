@@ -179,7 +179,7 @@ def test_missing_config_is_autocompleted(tmp_path: Path) -> None:
         "max_batch_size": 4,
         "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": ["16"]}],
         "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": ["16"]}],
-        "instance_group": [{"name": "ident", "kind": "KIND_CPU", "count": 1}],
+        "instance_group": [{"name": "ident", "kind": "KIND_CPU", "count": 2}],
         "dynamic_batching": {},
     }
 
@@ -452,7 +452,7 @@ def test_instance_groups_get_names_kinds_and_counts(tmp_path: Path) -> None:
     groups = load(tmp_path, "ident").config.instance_group
     assert [(g.name, g.kind, g.count, list(g.gpus)) for g in groups] == [
         ("ident_0", 2, 2, []),
-        ("ident_1", 2, 1, []),  # KIND_AUTO without a GPU: KIND_CPU
+        ("ident_1", 2, 2, []),  # KIND_AUTO without a GPU: KIND_CPU, and 2 instances as Triton gives ORT
         ("g", 1, 1, []),  # KIND_GPU stays GPU; the backend decides whether it can run
     ]
     groups = ModelRepository(tmp_path, gpus=(0,)).load("ident").config.instance_group
@@ -464,3 +464,11 @@ def test_add_sub_autocompletes_two_inputs_and_outputs(tmp_path: Path) -> None:
     config = load(tmp_path, "add_sub").config
     assert [i.name for i in config.input] == ["INPUT0", "INPUT1"]
     assert [o.name for o in config.output] == ["OUTPUT0", "OUTPUT1"]
+
+
+def test_default_cpu_instance_count_follows_triton(tmp_path: Path) -> None:
+    """Triton gives KIND_CPU groups of onnxruntime (and tensorflow) models 2 instances when count is absent."""
+    write_model(tmp_path, "cpu", identity(), 'platform: "onnxruntime_onnx"\ninstance_group [ { kind: KIND_CPU } ]')
+    assert load(tmp_path, "cpu").config.instance_group[0].count == 2
+    write_model(tmp_path, "gpu", identity(), 'backend: "onnxruntime"\ninstance_group [ { kind: KIND_GPU } ]')
+    assert ModelRepository(tmp_path, gpus=(0,)).load("gpu").config.instance_group[0].count == 1

@@ -12,15 +12,18 @@ from tritonclient.grpc import model_config_pb2
 
 from modelsvc.backends import ModelConfig
 
+from ..backends import backend_name
 from ._locate import Locator
 
 KIND_AUTO = model_config_pb2.ModelInstanceGroup.KIND_AUTO
 KIND_GPU = model_config_pb2.ModelInstanceGroup.KIND_GPU
 KIND_CPU = model_config_pb2.ModelInstanceGroup.KIND_CPU
 
-#: instances per group when ``count`` is absent. (Triton's core uses 2 for KIND_CPU groups of the
-#: onnxruntime and tensorflow backends and 1 otherwise; modelsvc uses 1 everywhere.)
+#: instances per group when ``count`` is absent, as in Triton: 1, except KIND_CPU groups of the backends
+#: below, which get CPU_DEFAULT_INSTANCE_COUNT
 DEFAULT_INSTANCE_COUNT = 1
+CPU_DEFAULT_INSTANCE_COUNT = 2
+_TWO_CPU_INSTANCE_BACKENDS = ("onnxruntime", "tensorflow")
 
 _IO = ("input", "output")
 
@@ -60,7 +63,8 @@ def _normalize_instance_groups(config: ModelConfig, loc: Locator, gpus: Sequence
                 loc.item_field("instance_group", index, "count"),
             )
         if group.count == 0:
-            group.count = DEFAULT_INSTANCE_COUNT
+            two = group.kind == KIND_CPU and backend_name(config) in _TWO_CPU_INSTANCE_BACKENDS
+            group.count = CPU_DEFAULT_INSTANCE_COUNT if two else DEFAULT_INSTANCE_COUNT
         if group.kind == KIND_GPU and len(group.gpus) == 0:
             # With no GPU visible the list stays empty: the backend then tries GPU 0 and refuses
             # (or, with allow_cpu_fallback, runs on CPU).

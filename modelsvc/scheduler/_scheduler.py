@@ -1,10 +1,11 @@
 """The queue in front of a model version's instances, with Triton's dynamic batcher semantics.
 
-Each request waits in the queue of its priority level. One dispatcher task hands batches to free
-instances, asking ``plan_batch`` what to send; the batch runs on a worker thread (ONNX Runtime
-releases the GIL, so instances run in parallel). Timeouts are timers set per request, so a
-request is rejected (or delayed) at its deadline, not when the dispatcher next wakes up. A request
-whose caller went away leaves the queue at once and never runs.
+Each request waits in the queue of its priority level. Whenever something changes (an arrival, a
+finished batch, an expired batch delay, a withdrawn request) the scheduler asks ``plan_batch`` what to
+send and hands batches to free instances in the same loop iteration. Each instance runs its batches on
+its own thread (ONNX Runtime releases the GIL, so instances run in parallel). Timeouts are timers set per
+request, so a request is rejected (or delayed) at its deadline, not when the scheduler next looks. A
+request whose caller went away leaves the queue at once and never runs.
 """
 
 from __future__ import annotations
