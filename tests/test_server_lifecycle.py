@@ -183,3 +183,25 @@ def test_gpu_model_is_refused_without_a_gpu_unless_fallback_is_allowed(tmp_path)
         )
     finally:
         proc.terminate()
+
+
+async def test_sigterm_runs_requests_held_by_a_long_batch_delay(tmp_path):
+    """A request waiting out a 60 s max_queue_delay is run at shutdown, not dropped after the grace period."""
+    om.write_model(
+        tmp_path,
+        "held",
+        om.identity(),
+        identity_config("held", extra="dynamic_batching { max_queue_delay_microseconds: 60000000 }"),
+    )
+    proc = ModelsvcProcess(tmp_path)
+    with proc:
+        async with httpx.AsyncClient(base_url=proc.base, timeout=WAIT) as c:
+            pending = asyncio.ensure_future(c.post("/v2/models/held/infer", content=json.dumps(ROW)))
+            await until(lambda: metric(proc, "nv_inference_pending_request_count", "held") == 1, "queued")
+            t0 = time.monotonic()
+            assert proc.proc is not None
+            proc.proc.send_signal(signal.SIGTERM)
+            r = await pending
+        assert r.status_code == 200
+        assert time.monotonic() - t0 < 15  # well before the 30 s grace period or the 60 s delay
+        assert proc.wait_exit() == 0

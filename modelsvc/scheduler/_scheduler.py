@@ -231,6 +231,7 @@ class Scheduler:
         self._delay_timer: asyncio.TimerHandle | None = None
         self._delay_due = 0.0
         self._closing = False
+        self._closer: asyncio.Task[None] | None = None
         self._drained: asyncio.Event | None = None
         # preserve_ordering: results are released in dispatch order
         self._dispatch_seq = itertools.count()
@@ -273,8 +274,16 @@ class Scheduler:
             raise
 
     async def close(self) -> None:
-        """Stop taking requests, finish those queued and running, release the instances."""
-        self._closing = True
+        """Stop taking requests, finish those queued and running, release the instances.
+
+        Concurrent and repeated calls wait for the same shutdown.
+        """
+        self._closing = True  # refuse new requests from this moment on
+        if self._closer is None:
+            self._closer = asyncio.get_running_loop().create_task(self._close())
+        await self._closer
+
+    async def _close(self) -> None:
         if self._loop is None:
             return
         self._pump()

@@ -115,7 +115,9 @@ async def serve(options: ServeOptions) -> int:
         loop.add_signal_handler(sig, stop, sig)
     try:
         await stopping.wait()
-        await asyncio.gather(*(s.shutdown(options.exit_timeout_secs) for s in servers))
+        # Together: the schedulers run what is queued now (no batch delay waits any longer), and the
+        # endpoints let every request already read get its answer.
+        await asyncio.gather(models.close(), *(s.shutdown(options.exit_timeout_secs) for s in servers))
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
