@@ -271,3 +271,42 @@ async def test_execution_failure_fails_only_that_batch(stats):
     assert "boom" not in str(info.value)
     assert (await s.infer(row(3), ["OUT"]))["OUT"][0, 0] == 6
     await s.close()
+
+
+async def test_delayed_request_keeps_its_priority_level(stats):
+    """A DELAY-expired level-1 request goes behind level 1's other requests, but before level 2."""
+    delay = QueuePolicy(timeout_action=TimeoutAction.DELAY, allow_timeout_override=True)
+    cfg = config(batch=BatchPolicy(1), priority_levels=2, default_priority=2, policies=(delay, QueuePolicy()))
+    inst = GatedInstance()
+    s = Scheduler(cfg, [inst], stats)
+    s.start()
+    busy = asyncio.ensure_future(s.infer(row(0), ["OUT"]))
+    await started(inst)
+    late = asyncio.ensure_future(s.infer(row(1), ["OUT"], priority=1, timeout_us=1_000))
+    await until(lambda: not s._levels[0] and s.pending_count == 1, "the request to be delayed")
+    low = asyncio.ensure_future(s.infer(row(2), ["OUT"]))
+    await until(lambda: s.pending_count == 2, "two queued")
+    inst.gate.set()
+    await asyncio.gather(busy, late, low)
+    assert inst.batches == [[0], [1], [2]]
+    await s.close()
+
+
+async def test_failing_start_hook_loses_neither_batch_nor_instance(stats):
+    inst = GatedInstance()
+    inst.gate.set()
+    s = Scheduler(config(), [inst], stats)
+    s.start()
+
+    def broken(rows: int) -> None:
+        raise RuntimeError("hook failed")
+
+    assert (await s.infer(row(1), ["OUT"], on_start=broken))["OUT"][0, 0] == 2
+    assert (await s.infer(row(2), ["OUT"]))["OUT"][0, 0] == 4
+    await s.close()
+
+
+async def test_close_without_start_releases_instances(stats):
+    inst = GatedInstance()
+    await Scheduler(config(), [inst], stats).close()
+    assert inst.closed

@@ -279,13 +279,18 @@ class Scheduler:
         Concurrent and repeated calls wait for the same shutdown.
         """
         self._closing = True  # refuse new requests from this moment on
+        if self._loop is None:  # never started: nothing queued, no threads
+            for inst in self._instances:
+                inst.close()
+            return
         if self._closer is None:
             self._closer = asyncio.get_running_loop().create_task(self._close())
         await self._closer
 
     async def _close(self) -> None:
-        if self._loop is None:
-            return
+        if self._delay_timer is not None:
+            self._delay_timer.cancel()
+            self._delay_timer = None
         self._pump()
         assert self._drained is not None
         if self._queued or self._in_flight:
@@ -369,8 +374,14 @@ class Scheduler:
         if not item.future.done():
             item.future.set_exception(Unavailable("Request timeout expired"))
 
+    def _queues_in_order(self) -> Iterator[deque[WorkItem]]:
+        """Level 1, its delayed requests, level 2, its delayed requests, ..."""
+        for level, delayed in zip(self._levels, self._delayed, strict=True):
+            yield level
+            yield delayed
+
     def _in_order(self) -> Iterator[WorkItem]:
-        return itertools.chain(*self._levels, *self._delayed)
+        return itertools.chain.from_iterable(self._queues_in_order())
 
     def _plan(self) -> Plan:
         if not self._queued:
@@ -382,18 +393,22 @@ class Scheduler:
         return plan_batch(self._in_order(), self.config.batch, now)
 
     def _take(self, count: int) -> list[WorkItem]:
+        """Pop the first ``count`` requests; any whose caller already left (not yet withdrawn) is dropped."""
         taken: list[WorkItem] = []
-        for level_queue in (*self._levels, *self._delayed):
-            while level_queue and len(taken) < count:
+        popped = 0
+        for level_queue in self._queues_in_order():
+            while level_queue and popped < count:
                 item = level_queue.popleft()
+                popped += 1
                 item.queue = None
                 if item.timer is not None:
                     item.timer.cancel()
                     item.timer = None
-                taken.append(item)
-            if len(taken) == count:
+                if not item.future.done():
+                    taken.append(item)
+            if popped == count:
                 break
-        self._queued -= len(taken)
+        self._queued -= popped
         return taken
 
     # -- dispatching ----------------------------------------------------------------------------
@@ -405,7 +420,9 @@ class Scheduler:
                 if plan.wait_ns is not None:
                     self._arm_delay(plan.wait_ns)
                 break
-            self._launch(self._free.popleft(), self._take(plan.take))
+            items = self._take(plan.take)
+            if items:
+                self._launch(self._free.popleft(), items)
         if self._closing and not self._queued and not self._in_flight and self._drained is not None:
             self._drained.set()
 
@@ -430,7 +447,10 @@ class Scheduler:
         rows = sum(i.batch_size for i in items)
         for item in items:
             if item.on_start is not None:
-                item.on_start(rows)
+                try:
+                    item.on_start(rows)
+                except Exception:  # a hook must not lose the batch, nor the instance
+                    logger.exception("on_start hook of a request to %s failed", self._label)
         names = tuple(dict.fromkeys(itertools.chain.from_iterable(i.outputs for i in items)))
         self._in_flight += 1
 

@@ -191,6 +191,8 @@ def _check_inputs(mv: ModelVersion, request: InferRequest) -> dict[str, np.ndarr
         if spec.reshape is not None:
             data = data.reshape(((shape[0],) if batching else ()) + spec.reshape)
         arrays[tensor.name] = data
+    if not arrays:
+        raise InvalidArgument(f"inference request to model '{mv.name}' has no inputs")
     missing = [n for n, s in mv.inputs.items() if n not in arrays and not s.optional]
     if missing:
         raise InvalidArgument(

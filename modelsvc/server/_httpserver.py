@@ -40,12 +40,16 @@ _MAX_PIPELINED = 32
 _SKIPPED = {b"content-length", b"transfer-encoding", b"connection"}
 
 
+_Answer = tuple[int, bytes, bytes | None, tuple[tuple[bytes, bytes], ...]]
+
+
 def _response(
     status: int,
     body: bytes,
     content_type: bytes | None,
     headers: tuple[tuple[bytes, bytes], ...] | list[tuple[bytes, bytes]] = (),
     close: bool = False,
+    keep_alive_header: bool = False,
 ) -> bytes:
     """Status line, headers and body as one buffer, for one write."""
     parts = [_STATUS_LINES.get(status) or f"HTTP/1.1 {status} \r\n".encode()]
@@ -56,6 +60,8 @@ def _response(
         parts += [key, b": ", value, b"\r\n"]
     if close:
         parts.append(b"connection: close\r\n")
+    elif keep_alive_header:
+        parts.append(b"connection: keep-alive\r\n")
     parts += [b"\r\n", body]
     return b"".join(parts)
 
@@ -127,7 +133,7 @@ class HttpServer:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._drained.wait(), grace_s)
         for conn in list(self.connections):
-            conn.close()
+            conn.abort()
 
     def connection_idle(self) -> None:
         """A connection finished its requests (or closed): while draining, see whether all are done."""
@@ -143,12 +149,11 @@ class HttpServer:
                 if conn.idle and conn.last_active < cutoff:
                     conn.close()
 
-    async def respond(self, request: _Request, conn: _Connection) -> bytes:
-        """The whole response to one request, as bytes."""
-        close = not request.keep_alive or self.draining
+    async def respond(self, request: _Request, conn: _Connection) -> _Answer:
+        """The answer to one request: status, body, content type and headers."""
         if request.too_large:
             message = f"request body exceeds the limit of {self.max_body_size} bytes"
-            return _response(413, encode_error(message), _JSON, close=True)
+            return 413, encode_error(message), _JSON, ()
         raw_path, _, query = request.url.partition(b"?")
         path = unquote(raw_path.decode("latin-1"))
         if self.infer is not None and request.method == b"POST":
@@ -160,12 +165,10 @@ class HttpServer:
                         header_length = value
                         break
                 reply = await self.infer.handle(target[0], target[1], header_length, request.body)
-                return _response(reply.status, reply.body, reply.content_type, reply.headers, close)
-        return await self._asgi(request, conn, path, raw_path, query, close)
+                return reply.status, reply.body, reply.content_type, reply.headers
+        return await self._asgi(request, conn, path, raw_path, query)
 
-    async def _asgi(
-        self, request: _Request, conn: _Connection, path: str, raw_path: bytes, query: bytes, close: bool
-    ) -> bytes:
+    async def _asgi(self, request: _Request, conn: _Connection, path: str, raw_path: bytes, query: bytes) -> _Answer:
         scope = {
             "type": "http",
             "asgi": {"version": "3.0", "spec_version": "2.3"},
@@ -206,15 +209,19 @@ class HttpServer:
             await self.app(scope, receive, send)
         except Exception:
             logger.exception("unhandled error serving %s %s", scope["method"], path)
-            return _response(500, encode_error("internal server error; see the server log"), _JSON, close=close)
+            return 500, encode_error("internal server error; see the server log"), _JSON, ()
         body = b"".join(chunks)
         if request.method == b"HEAD":
             body = b""
-        return _response(status, body, None, headers, close)
+        return status, body, None, tuple(headers)
 
 
 class _Connection(asyncio.Protocol):
-    """One client connection: parses requests, answers them in order."""
+    """One client connection: parses requests, answers them in order.
+
+    Reading stops for good after a parser error or an oversized body; the requests already read are still
+    answered, in order, and the connection closes after the last.
+    """
 
     def __init__(self, server: HttpServer, loop: asyncio.AbstractEventLoop) -> None:
         self.server = server
@@ -227,7 +234,12 @@ class _Connection(asyncio.Protocol):
         self.closed = False
         self.paused = False
         self.last_active = loop.time()
+        self._writable = asyncio.Event()
+        self._writable.set()
         self._lost: asyncio.Future[None] | None = None
+        #: no more requests will be read: after the queue, close (with this error answered first, if any)
+        self._done_reading = False
+        self._final_error: bytes | None = None
         self._url = b""
         self._headers: list[tuple[bytes, bytes]] = []
         self._body: list[bytes] = []
@@ -239,16 +251,21 @@ class _Connection(asyncio.Protocol):
         return self.task is None and not self.queue
 
     def lost(self) -> asyncio.Future[None]:
-        """Resolves when the client disconnects."""
+        """Resolves when the client disconnects (each caller gets its own, cancellable, future)."""
         if self._lost is None:
             self._lost = self.loop.create_future()
             if self.closed:
                 self._lost.set_result(None)
-        return self._lost
+        return asyncio.shield(self._lost)
 
     def close(self) -> None:
         if self.transport is not None and not self.closed:
             self.transport.close()
+
+    def abort(self) -> None:
+        """Close at once, dropping unsent data (a client that stopped reading)."""
+        if self.transport is not None and not self.closed:
+            self.transport.abort()
 
     # -- asyncio.Protocol -------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -265,25 +282,55 @@ class _Connection(asyncio.Protocol):
         self.closed = True
         self.server.connections.discard(self)
         self.queue.clear()
+        self._writable.set()
         if self.task is not None:
             self.task.cancel()
         if self._lost is not None and not self._lost.done():
             self._lost.set_result(None)
         self.server.connection_idle()
 
+    def pause_writing(self) -> None:
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._writable.set()
+
+    def eof_received(self) -> bool:
+        """The client closed its side. As uvicorn and nginx do, take it as gone: a FIN is all a full close
+        shows at first, and a request whose client left must leave the queue. (A client that half-closes
+        and still waits for its answer, such as ``nc -N``, therefore gets none.)"""
+        return False
+
     def data_received(self, data: bytes) -> None:
+        if self._done_reading:
+            return
+        self.last_active = self.loop.time()
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
-            self._reject(400, "protocol upgrades are not supported")
+            self._stop_reading(_error(400, "protocol upgrades are not supported"))
         except httptools.HttpParserError as exc:
-            self._reject(400, f"malformed HTTP request: {exc}")
+            after_close = "after" in str(exc).lower() and "close" in str(exc).lower()
+            self._stop_reading(None if after_close else _error(400, f"malformed HTTP request: {exc}"))
 
-    def _reject(self, status: int, message: str) -> None:
-        """Unparseable input: answer if nothing is in flight, then close."""
-        assert self.transport is not None
+    def _stop_reading(self, final_error: bytes | None) -> None:
+        if self._done_reading:
+            return
+        self._done_reading = True
+        self._final_error = final_error
+        if self.transport is not None and not self.closed:
+            with contextlib.suppress(RuntimeError):  # already paused, or closing
+                self.transport.pause_reading()
         if self.idle:
-            self.transport.write(_response(status, encode_error(message), _JSON, close=True))
+            self._finish()
+
+    def _finish(self) -> None:
+        """Nothing left to answer and nothing more to read: say the last word and close."""
+        if self.transport is None or self.closed:
+            return
+        if self._final_error is not None:
+            self.transport.write(self._final_error)
+            self._final_error = None
         self.transport.close()
 
     # -- httptools callbacks ----------------------------------------------------------------------
@@ -301,40 +348,54 @@ class _Connection(asyncio.Protocol):
         self._headers.append((name.lower(), value))
 
     def on_headers_complete(self) -> None:
+        if self._done_reading:
+            return
         expect_continue = False
         for key, value in self._headers:
             if key == b"content-length":
-                try:
+                with contextlib.suppress(ValueError):  # httptools rejects a bad content-length itself
                     if int(value) > self.server.max_body_size:
                         self._too_large = True
-                except ValueError:
-                    pass  # httptools rejects a bad content-length itself
             elif key == b"expect" and value.lower() == b"100-continue":
                 expect_continue = True
-        if expect_continue and not self._too_large and self.transport is not None:
+        if self._too_large:
+            self._refuse_body()
+        elif expect_continue and self.idle and self.transport is not None:
             self.transport.write(_CONTINUE)
 
     def on_body(self, body: bytes) -> None:
-        if self._too_large:
+        if self._too_large or self._done_reading:
             return
         self._size += len(body)
         if self._size > self.server.max_body_size:
             self._too_large = True
             self._body = []
+            self._refuse_body()
             return
         self._body.append(body)
 
+    def _refuse_body(self) -> None:
+        """The body is over the limit: answer 413 in turn, read nothing more."""
+        self._enqueue(_Request(b"", self._url, self._headers, b"", False, True, self.parser.get_http_version()))
+        self._stop_reading(None)
+
     def on_message_complete(self) -> None:
+        if self._done_reading:
+            return
         body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
-        request = _Request(
-            self.parser.get_method(),
-            self._url,
-            self._headers,
-            body,
-            self.parser.should_keep_alive(),
-            self._too_large,
-            self.parser.get_http_version(),
+        self._enqueue(
+            _Request(
+                self.parser.get_method(),
+                self._url,
+                self._headers,
+                body,
+                self.parser.should_keep_alive(),
+                False,
+                self.parser.get_http_version(),
+            )
         )
+
+    def _enqueue(self, request: _Request) -> None:
         self.queue.append(request)
         if len(self.queue) > _MAX_PIPELINED and self.transport is not None and not self.paused:
             self.transport.pause_reading()
@@ -347,26 +408,44 @@ class _Connection(asyncio.Protocol):
         if self.queue and not self.closed:
             self.task = self.loop.create_task(self._serve(self.queue.popleft()))
             if self.paused and len(self.queue) <= _MAX_PIPELINED // 2 and self.transport is not None:
-                self.transport.resume_reading()
+                if not self._done_reading:
+                    self.transport.resume_reading()
                 self.paused = False
         else:
             self.task = None
             self.last_active = self.loop.time()
+            if self._done_reading:
+                self._finish()
             self.server.connection_idle()
 
     async def _serve(self, request: _Request) -> None:
         try:
-            payload = await self.server.respond(request, self)
+            status, body, content_type, headers = await self.server.respond(request, self)
         except asyncio.CancelledError:
-            return  # the client went away
+            if not self.closed:  # cancelled by something other than the client leaving: give up on it
+                self.task = None
+                self.abort()
+            return
         except Exception:  # pragma: no cover - respond() answers its own errors
             logger.exception("error answering a request")
-            payload = _response(500, encode_error("internal server error"), _JSON, close=True)
+            status, body, content_type, headers = 500, encode_error("internal server error"), _JSON, ()
         if self.closed or self.transport is None:
             return
-        self.transport.write(payload)
-        if not request.keep_alive or request.too_large or self.server.draining:
-            self.transport.close()
+        last = not self.queue and (self._done_reading or self.server.draining)
+        close = not request.keep_alive or request.too_large or last
+        self.transport.write(
+            _response(status, body, content_type, headers, close, keep_alive_header=request.version == "1.0")
+        )
+        if close:
+            self.queue.clear()
+            self._done_reading = True
             self.task = None
+            self._finish()
             return
+        if not self._writable.is_set():
+            await self._writable.wait()  # the client is not reading: no more answers until it does
         self._next()
+
+
+def _error(status: int, message: str) -> bytes:
+    return _response(status, encode_error(message), _JSON, close=True)
