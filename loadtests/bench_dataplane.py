@@ -48,10 +48,10 @@ async def main() -> None:
             }
         ).encode()
         body = head + np.ones(16, np.float32).tobytes()
-        length = str(len(head)).encode()
+        headers = [(b"inference-header-content-length", str(len(head)).encode())]
 
         async def one() -> None:
-            reply = await endpoint.handle("identity", None, length, body)
+            reply = await endpoint.handle("identity", None, headers, body)
             assert reply.status == 200, reply.body
 
         print(f"modelsvc from {Path(modelsvc.__file__).parent}")

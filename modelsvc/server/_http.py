@@ -7,6 +7,7 @@ bytes out), which the fast HTTP server in ``_httpserver`` also calls directly on
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import msgspec
@@ -126,10 +127,8 @@ def create_http_app(dataplane: DataPlane, *, max_body_size: int = 64 * 1024 * 10
     async def infer(
         request: Request[Any, Any, Any], model_name: str, model_version: str | None = None
     ) -> Response[bytes]:
-        header_length = request.headers.get(HEADER_CONTENT_LENGTH)
-        reply = await endpoint.handle(
-            model_name, model_version, None if header_length is None else header_length.encode(), await request.body()
-        )
+        headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in request.headers.items()]
+        reply = await endpoint.handle(model_name, model_version, headers, await request.body())
         return Response(
             reply.body,
             status_code=reply.status,
@@ -188,7 +187,15 @@ class InferEndpoint:
     def __init__(self, dataplane: DataPlane) -> None:
         self.dataplane = dataplane
 
-    async def handle(self, model: str, version: str | None, header_length: bytes | None, body: bytes) -> Reply:
+    async def handle(
+        self, model: str, version: str | None, headers: Sequence[tuple[bytes, bytes]], body: bytes
+    ) -> Reply:
+        """Answer one infer request; ``headers`` are the request's, names lower-case."""
+        header_length = None
+        for key, value in headers:
+            if key == _HEADER_KEY:
+                header_length = value
+                break
         try:
             length = None if header_length is None else _header_int(header_length, HEADER_CONTENT_LENGTH)
             request = decode_infer_request(body, length)

@@ -159,12 +159,7 @@ class HttpServer:
         if self.infer is not None and request.method == b"POST":
             target = infer_target(path)
             if target is not None:
-                header_length = None
-                for key, value in request.headers:
-                    if key == _HEADER_KEY:
-                        header_length = value
-                        break
-                reply = await self.infer.handle(target[0], target[1], header_length, request.body)
+                reply = await self.infer.handle(target[0], target[1], request.headers, request.body)
                 return reply.status, reply.body, reply.content_type, reply.headers
         return await self._asgi(request, conn, path, raw_path, query)
 
