@@ -23,7 +23,9 @@ from ._errors import (
 from ._http_codec import (
     HEADER_CONTENT_LENGTH,
     decode_infer_request,
+    decode_infer_response,
     encode_error,
+    encode_infer_request,
     encode_infer_response,
     encode_json,
 )
@@ -48,9 +50,11 @@ __all__ = [
     "Unavailable",
     "Unsupported",
     "decode_infer_request",
+    "decode_infer_response",
     "deserialize_bytes_tensor",
     "element_size",
     "encode_error",
+    "encode_infer_request",
     "encode_infer_response",
     "encode_json",
     "numpy_dtype",

@@ -101,7 +101,7 @@ def serialize_bytes_tensor(array: np.ndarray[Any, Any]) -> bytes:
     return b"".join(parts)
 
 
-def deserialize_bytes_tensor(buffer: bytes | memoryview, count: int, name: str) -> np.ndarray[Any, Any]:
+def deserialize_bytes_tensor(buffer: bytes | memoryview, count: int, label: str) -> np.ndarray[Any, Any]:
     """Decode ``count`` length-prefixed elements; the buffer must hold exactly them."""
     view = memoryview(buffer)
     out = np.empty(count, dtype=np.object_)
@@ -110,19 +110,19 @@ def deserialize_bytes_tensor(buffer: bytes | memoryview, count: int, name: str) 
     unpack = struct.Struct("<I").unpack_from
     for i in range(count):
         if offset + 4 > end:
-            raise InvalidArgument(f"input '{name}': BYTES data holds {i} elements, shape needs {count}")
+            raise InvalidArgument(f"{label}: BYTES data holds {i} elements, shape needs {count}")
         (length,) = unpack(view, offset)
         offset += 4
         if offset + length > end:
-            raise InvalidArgument(f"input '{name}': BYTES element {i} runs past the end of its data")
+            raise InvalidArgument(f"{label}: BYTES element {i} runs past the end of its data")
         out[i] = bytes(view[offset : offset + length])
         offset += length
     if offset != end:
-        raise InvalidArgument(f"input '{name}': BYTES data has {end - offset} bytes left over after {count} elements")
+        raise InvalidArgument(f"{label}: BYTES data has {end - offset} bytes left over after {count} elements")
     return out
 
 
-def to_bytes_elements(values: Iterable[Any], name: str) -> list[bytes]:
+def to_bytes_elements(values: Iterable[Any], label: str) -> list[bytes]:
     """JSON BYTES elements (strings, or bytes from typed callers) as bytes."""
     out: list[bytes] = []
     for v in values:
@@ -131,5 +131,5 @@ def to_bytes_elements(values: Iterable[Any], name: str) -> list[bytes]:
         elif isinstance(v, bytes | bytearray):
             out.append(bytes(v))
         else:
-            raise InvalidArgument(f"input '{name}': BYTES elements must be strings, got {type(v).__name__}")
+            raise InvalidArgument(f"{label}: BYTES elements must be strings, got {type(v).__name__}")
     return out

@@ -46,7 +46,16 @@ class _JsonRequest(msgspec.Struct, kw_only=True):
     outputs: list[_JsonOutput] | None = None
 
 
+class _JsonResponse(msgspec.Struct, kw_only=True):
+    model_name: str = ""
+    model_version: str = ""
+    id: str | None = None
+    parameters: dict[str, Any] | None = None
+    outputs: list[_JsonInput] = msgspec.field(default_factory=list)
+
+
 _request_decoder = msgspec.json.Decoder(_JsonRequest)
+_response_decoder = msgspec.json.Decoder(_JsonResponse)
 _encoder = msgspec.json.Encoder()
 
 
@@ -72,7 +81,7 @@ def decode_infer_request(body: bytes, header_length: int | None = None) -> Infer
     offset = 0
     inputs: list[Tensor] = []
     for item in raw.inputs:
-        tensor, offset = _decode_input(item, binary, offset)
+        tensor, offset = _decode_tensor(item, binary, offset)
         inputs.append(tensor)
     if offset != len(binary):
         raise InvalidArgument(f"the body has {len(binary) - offset} bytes of binary data that no input claims")
@@ -86,40 +95,40 @@ def decode_infer_request(body: bytes, header_length: int | None = None) -> Infer
     return InferRequest(inputs=inputs, id=raw.id, outputs=outputs, parameters=raw.parameters or {})
 
 
-def _decode_input(item: _JsonInput, binary: memoryview, offset: int) -> tuple[Tensor, int]:
+def _decode_tensor(item: _JsonInput, binary: memoryview, offset: int, role: str = "input") -> tuple[Tensor, int]:
     name = item.name
     shape = tuple(item.shape)
     if any(d < 0 for d in shape):
-        raise InvalidArgument(f"input '{name}': shape {list(shape)} has a negative dimension")
+        raise InvalidArgument(f"{role} '{name}': shape {list(shape)} has a negative dimension")
     count = math.prod(shape)
     dtype = numpy_dtype(item.datatype)
     params = item.parameters or {}
     size = params.pop("binary_data_size", None)
     if size is not None:
         if not isinstance(size, int) or size < 0:
-            raise InvalidArgument(f"input '{name}': binary_data_size must be a non-negative integer")
+            raise InvalidArgument(f"{role} '{name}': binary_data_size must be a non-negative integer")
         if item.data is not msgspec.UNSET:
-            raise InvalidArgument(f"input '{name}' has both binary_data_size and JSON data")
+            raise InvalidArgument(f"{role} '{name}' has both binary_data_size and JSON data")
         if offset + size > len(binary):
             raise InvalidArgument(
-                f"input '{name}': binary_data_size {size} runs past the end of the body "
+                f"{role} '{name}': binary_data_size {size} runs past the end of the body "
                 f"({len(binary) - offset} bytes left)"
             )
         chunk = binary[offset : offset + size]
         offset += size
         if item.datatype == "BYTES":
-            array = deserialize_bytes_tensor(chunk, count, name).reshape(shape)
+            array = deserialize_bytes_tensor(chunk, count, f"{role} '{name}'").reshape(shape)
         else:
             expected = count * dtype.itemsize
             if size != expected:
                 raise InvalidArgument(
-                    f"input '{name}': {size} bytes of {item.datatype} data, but shape {list(shape)} needs {expected}"
+                    f"{role} '{name}': {size} bytes of {item.datatype} data, but shape {list(shape)} needs {expected}"
                 )
             array = np.frombuffer(chunk, dtype=dtype).reshape(shape)
     else:
         if item.data is msgspec.UNSET:
-            raise InvalidArgument(f"input '{name}' has neither JSON data nor binary_data_size")
-        array = _json_array(name, item.datatype, dtype, item.data, shape, count)
+            raise InvalidArgument(f"{role} '{name}' has neither JSON data nor binary_data_size")
+        array = _json_array(name, item.datatype, dtype, item.data, shape, count, role)
     return Tensor(name, item.datatype, shape, array, params), offset
 
 
@@ -132,25 +141,25 @@ def _flatten(value: Any, out: list[Any]) -> None:
 
 
 def _json_array(
-    name: str, datatype: str, dtype: np.dtype[Any], data: Any, shape: tuple[int, ...], count: int
+    name: str, datatype: str, dtype: np.dtype[Any], data: Any, shape: tuple[int, ...], count: int, role: str = "input"
 ) -> np.ndarray[Any, Any]:
     flat: list[Any] = []
     _flatten(data, flat)
     if len(flat) != count:
-        raise InvalidArgument(f"input '{name}': {len(flat)} elements of data, but shape {list(shape)} needs {count}")
+        raise InvalidArgument(f"{role} '{name}': {len(flat)} elements of data, but shape {list(shape)} needs {count}")
     if datatype == "BYTES":
         array = np.empty(count, dtype=np.object_)
-        array[:] = to_bytes_elements(flat, name)
+        array[:] = to_bytes_elements(flat, f"{role} '{name}'")
         return array.reshape(shape)
     if datatype == "BOOL":
         if not all(isinstance(v, bool) for v in flat):
-            raise InvalidArgument(f"input '{name}': BOOL data must be true or false")
+            raise InvalidArgument(f"{role} '{name}': BOOL data must be true or false")
     elif any(isinstance(v, bool | str) or v is None for v in flat):
-        raise InvalidArgument(f"input '{name}': {datatype} data must be numbers")
+        raise InvalidArgument(f"{role} '{name}': {datatype} data must be numbers")
     try:
         return np.array(flat, dtype=dtype).reshape(shape)
     except (ValueError, TypeError, OverflowError) as exc:
-        raise InvalidArgument(f"input '{name}': data does not fit {datatype}: {exc}") from None
+        raise InvalidArgument(f"{role} '{name}': data does not fit {datatype}: {exc}") from None
 
 
 def encode_infer_response(response: InferResponse, binary: list[bool]) -> tuple[bytes, int | None]:
@@ -214,3 +223,97 @@ def encode_error(message: str) -> bytes:
 
 def encode_json(value: Any) -> bytes:
     return _encoder.encode(value)
+
+
+# -- the client's side: requests out, responses in -------------------------------------------------------
+
+
+def encode_infer_request(request: InferRequest, binary: bool) -> tuple[bytes, int | None]:
+    """Encode a request; with ``binary``, tensors travel as raw bytes after the JSON header.
+
+    Returns the body and, when binary, the JSON header's length (``Inference-Header-Content-Length``).
+    Requested outputs keep their own ``binary`` choice; ``None`` there means "as the inputs travel".
+    """
+    inputs: list[dict[str, Any]] = []
+    blobs: list[bytes] = []
+    for tensor in request.inputs:
+        entry: dict[str, Any] = {"name": tensor.name, "shape": list(tensor.shape), "datatype": tensor.datatype}
+        params = dict(tensor.parameters)
+        if binary:
+            blob = _tensor_bytes(tensor)
+            params["binary_data_size"] = len(blob)
+            blobs.append(blob)
+        else:
+            entry["data"] = _json_request_data(tensor)
+        if params:
+            entry["parameters"] = params
+        inputs.append(entry)
+    head: dict[str, Any] = {}
+    if request.id is not None:
+        head["id"] = request.id
+    params = dict(request.parameters)
+    if request.outputs:
+        head["outputs"] = [
+            {
+                "name": out.name,
+                "parameters": {**out.parameters, "binary_data": binary if out.binary is None else out.binary},
+            }
+            for out in request.outputs
+        ]
+    elif binary:
+        params["binary_data_output"] = True
+    if params:
+        head["parameters"] = params
+    head["inputs"] = inputs
+    header = _encoder.encode(head)
+    if not blobs:
+        return header, None
+    return b"".join([header, *blobs]), len(header)
+
+
+def _json_request_data(tensor: Tensor) -> list[Any]:
+    if tensor.datatype == "BYTES":
+        out = []
+        for v in tensor.data.reshape(-1):
+            if isinstance(v, bytes | bytearray):
+                try:
+                    out.append(bytes(v).decode("utf-8"))
+                except UnicodeDecodeError:
+                    raise InvalidArgument(
+                        f"input '{tensor.name}': BYTES element is not UTF-8, which JSON cannot carry; "
+                        "send it with the binary tensor extension"
+                    ) from None
+            else:
+                out.append(str(v))
+        return out
+    return _json_data(tensor)
+
+
+def decode_infer_response(body: bytes, header_length: int | None = None) -> InferResponse:
+    """Parse a v2 infer response body (JSON, or JSON plus binary outputs)."""
+    header: bytes | memoryview
+    if header_length is None:
+        header, binary = body, memoryview(b"")
+    else:
+        if header_length < 0 or header_length > len(body):
+            raise InvalidArgument(
+                f"Inference-Header-Content-Length {header_length} is outside the body of {len(body)} bytes"
+            )
+        view = memoryview(body)
+        header, binary = view[:header_length], view[header_length:]
+    try:
+        raw = _response_decoder.decode(header)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise InvalidArgument(f"malformed inference response: {exc}") from None
+    offset = 0
+    outputs: list[Tensor] = []
+    for item in raw.outputs:
+        tensor, offset = _decode_tensor(item, binary, offset, role="output")
+        outputs.append(tensor)
+    return InferResponse(
+        model_name=raw.model_name,
+        model_version=raw.model_version,
+        outputs=outputs,
+        id=raw.id,
+        parameters=raw.parameters or {},
+    )

@@ -1,0 +1,47 @@
+"""The typed v2 client: sync and async over HTTP, one core without I/O, one exception tree.
+
+from modelsvc.client import Client
+with Client("localhost:8000") as client:
+    model = client.model("identity")            # metadata read once; inputs checked locally
+    out = model.infer(INPUT0=np.ones((1, 16), np.float32))["OUTPUT0"]
+"""
+
+from ._core import InferResult, ModelMetadata, TensorSpec
+from ._errors import (
+    ClientError,
+    ConnectError,
+    InvalidInput,
+    ModelNotFound,
+    PayloadTooLarge,
+    ProtocolError,
+    QueueFull,
+    ServerError,
+    ServerUnavailable,
+    Timeout,
+)
+from ._http import AsyncClient, Client
+from ._model import AsyncModel, Model
+from ._retry import NO_RETRY, RetryBudget, RetryPolicy
+
+__all__ = [
+    "NO_RETRY",
+    "AsyncClient",
+    "AsyncModel",
+    "Client",
+    "ClientError",
+    "ConnectError",
+    "InferResult",
+    "InvalidInput",
+    "Model",
+    "ModelMetadata",
+    "ModelNotFound",
+    "PayloadTooLarge",
+    "ProtocolError",
+    "QueueFull",
+    "RetryBudget",
+    "RetryPolicy",
+    "ServerError",
+    "ServerUnavailable",
+    "TensorSpec",
+    "Timeout",
+]
