@@ -6,6 +6,7 @@ with Client("localhost:8000") as client:
     out = model.infer(INPUT0=np.ones((1, 16), np.float32))["OUTPUT0"]
 """
 
+from ._client import AsyncClient, Client
 from ._core import InferResult, ModelMetadata, TensorSpec
 from ._errors import (
     ClientError,
@@ -19,7 +20,6 @@ from ._errors import (
     ServerUnavailable,
     Timeout,
 )
-from ._http import AsyncClient, Client
 from ._model import AsyncModel, Model
 from ._retry import NO_RETRY, RetryBudget, RetryPolicy
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from ._core import InferResult, ModelMetadata, check_inputs, check_outputs
 
 if TYPE_CHECKING:
-    from ._http import AsyncClient, Client
+    from ._client import AsyncClient, Client
 
 
 class _Handle:

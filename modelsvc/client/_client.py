@@ -1,0 +1,286 @@
+"""``Client`` and ``AsyncClient``: one API over any binding (``http://`` or ``grpc://``), with per-call
+timeouts, retries within a budget, a span per call, and model handles. Only awaiting differs."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+import httpx
+
+from ..protocol import Tensor
+from ._core import Attempts, InferResult, ModelMetadata, tensor_count, to_tensor
+from ._errors import ClientError
+from ._model import AsyncModel, Model
+from ._retry import RetryBudget, RetryPolicy
+from ._tracing import client_span
+from ._transport import AsyncTransport, Transport
+
+DEFAULT_TIMEOUT_S = 60.0
+T = TypeVar("T")
+
+
+def _scheme(url: str) -> str:
+    return url.split("://", 1)[0].lower() if "://" in url else "http"
+
+
+def _grpc_target(url: str) -> str:
+    return url.split("://", 1)[1] if "://" in url else url
+
+
+class _Common:
+    def __init__(self, timeout: float | None, retry: RetryPolicy | None, budget: RetryBudget | None) -> None:
+        self.timeout = timeout
+        self.retry = retry or RetryPolicy()
+        self.budget = budget if budget is not None else RetryBudget()
+
+    def attempts(self, timeout: float | None) -> Attempts:
+        return Attempts(self.retry, self.budget, self.timeout if timeout is None else timeout)
+
+
+class Client:
+    """A synchronous v2 client. ``Client("localhost:8000")`` speaks HTTP, ``Client("grpc://localhost:8001")``
+    gRPC; ``client.model("name")`` gives a handle that checks inputs before sending."""
+
+    def __init__(
+        self,
+        url: str = "localhost:8000",
+        *,
+        timeout: float | None = DEFAULT_TIMEOUT_S,
+        retry: RetryPolicy | None = None,
+        budget: RetryBudget | None = None,
+        binary: bool | None = None,
+        max_connections: int = 32,
+        headers: Mapping[str, str] | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self._c = _Common(timeout, retry, budget)
+        scheme = _scheme(url)
+        self._t: Transport
+        if scheme in ("http", "https"):
+            from ._http import HttpTransport
+
+            self._t = HttpTransport(
+                url, binary=binary, max_connections=max_connections, headers=headers, transport=transport
+            )
+        elif scheme == "grpc":
+            from ._grpc import GrpcTransport
+
+            self._t = GrpcTransport(_grpc_target(url), headers=headers)
+        else:
+            raise ValueError(f"unknown scheme {scheme!r} in {url!r}: use http://, https:// or grpc://")
+
+    def _call(self, op: Callable[[float | None], T], timeout: float | None = None) -> T:
+        tries = self._c.attempts(timeout)
+        while True:
+            try:
+                return op(tries.remaining())
+            except ClientError as error:
+                time.sleep(tries.after_failure(error))
+
+    def _probe(self, op: Callable[[float | None], bool]) -> bool:
+        try:
+            return self._call(op)
+        except ClientError:
+            return False
+
+    def server_live(self) -> bool:
+        return self._probe(self._t.live)
+
+    def server_ready(self) -> bool:
+        return self._probe(self._t.ready)
+
+    def model_ready(self, name: str, version: str | None = None) -> bool:
+        return self._probe(lambda t: self._t.model_ready(name, version, t))
+
+    def server_metadata(self) -> dict[str, Any]:
+        return self._call(self._t.server_metadata)
+
+    def model_config(self, name: str, version: str | None = None) -> dict[str, Any]:
+        return self._call(lambda t: self._t.model_config(name, version, t))
+
+    def model_metadata(self, name: str, version: str | None = None) -> ModelMetadata:
+        data = self._call(lambda t: self._t.model_metadata(name, version, t))
+        try:
+            config: dict[str, Any] | None = self.model_config(name, version)
+        except ClientError:
+            config = None  # servers without the configuration extension (MLServer)
+        return ModelMetadata.from_json(data, config)
+
+    def model(self, name: str, version: str | None = None) -> Model:
+        """A handle that checks inputs against the model's metadata (read once, here) before sending."""
+        return Model(self, self.model_metadata(name, version), version)
+
+    def infer(
+        self,
+        model: str,
+        inputs: Mapping[str, Any],
+        *,
+        version: str | None = None,
+        outputs: Sequence[str] | None = None,
+        request_id: str | None = None,
+        parameters: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> InferResult:
+        """Run ``model`` on ``inputs`` (numpy arrays or plain values, by name); the outputs by name."""
+        tensors = [to_tensor(name, value) for name, value in inputs.items()]
+        return self._infer(model, version, tensors, outputs, request_id, parameters, timeout)
+
+    def _infer(
+        self,
+        model: str,
+        version: str | None,
+        tensors: Sequence[Tensor],
+        outputs: Sequence[str] | None,
+        request_id: str | None,
+        parameters: Mapping[str, Any] | None,
+        timeout: float | None,
+    ) -> InferResult:
+        with client_span(model, version, transport=self._t.scheme, server=self._t.server) as span:
+            headers: dict[str, str] = {}
+            span.inject(headers)
+            try:
+                result, sent, received = self._call(
+                    lambda t: self._t.infer(model, version, tensors, outputs, request_id, parameters, headers, t),
+                    timeout,
+                )
+            except ClientError as exc:
+                span.fail(exc)
+                raise
+            span.record(batch_size=tensor_count(tensors), bytes_sent=sent, bytes_received=received)
+            return result
+
+    def close(self) -> None:
+        self._t.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class AsyncClient:
+    """The asyncio twin of ``Client``: the same methods, awaited."""
+
+    def __init__(
+        self,
+        url: str = "localhost:8000",
+        *,
+        timeout: float | None = DEFAULT_TIMEOUT_S,
+        retry: RetryPolicy | None = None,
+        budget: RetryBudget | None = None,
+        binary: bool | None = None,
+        max_connections: int = 32,
+        headers: Mapping[str, str] | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._c = _Common(timeout, retry, budget)
+        scheme = _scheme(url)
+        self._t: AsyncTransport
+        if scheme in ("http", "https"):
+            from ._http import AsyncHttpTransport
+
+            self._t = AsyncHttpTransport(
+                url, binary=binary, max_connections=max_connections, headers=headers, transport=transport
+            )
+        elif scheme == "grpc":
+            from ._grpc import AsyncGrpcTransport
+
+            self._t = AsyncGrpcTransport(_grpc_target(url), headers=headers)
+        else:
+            raise ValueError(f"unknown scheme {scheme!r} in {url!r}: use http://, https:// or grpc://")
+
+    async def _call(self, op: Callable[[float | None], Awaitable[T]], timeout: float | None = None) -> T:
+        tries = self._c.attempts(timeout)
+        while True:
+            try:
+                return await op(tries.remaining())
+            except ClientError as error:
+                await asyncio.sleep(tries.after_failure(error))
+
+    async def _probe(self, op: Callable[[float | None], Awaitable[bool]]) -> bool:
+        try:
+            return await self._call(op)
+        except ClientError:
+            return False
+
+    async def server_live(self) -> bool:
+        return await self._probe(self._t.live)
+
+    async def server_ready(self) -> bool:
+        return await self._probe(self._t.ready)
+
+    async def model_ready(self, name: str, version: str | None = None) -> bool:
+        return await self._probe(lambda t: self._t.model_ready(name, version, t))
+
+    async def server_metadata(self) -> dict[str, Any]:
+        return await self._call(self._t.server_metadata)
+
+    async def model_config(self, name: str, version: str | None = None) -> dict[str, Any]:
+        return await self._call(lambda t: self._t.model_config(name, version, t))
+
+    async def model_metadata(self, name: str, version: str | None = None) -> ModelMetadata:
+        data = await self._call(lambda t: self._t.model_metadata(name, version, t))
+        try:
+            config: dict[str, Any] | None = await self.model_config(name, version)
+        except ClientError:
+            config = None
+        return ModelMetadata.from_json(data, config)
+
+    async def model(self, name: str, version: str | None = None) -> AsyncModel:
+        return AsyncModel(self, await self.model_metadata(name, version), version)
+
+    async def infer(
+        self,
+        model: str,
+        inputs: Mapping[str, Any],
+        *,
+        version: str | None = None,
+        outputs: Sequence[str] | None = None,
+        request_id: str | None = None,
+        parameters: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> InferResult:
+        tensors = [to_tensor(name, value) for name, value in inputs.items()]
+        return await self._infer(model, version, tensors, outputs, request_id, parameters, timeout)
+
+    async def _infer(
+        self,
+        model: str,
+        version: str | None,
+        tensors: Sequence[Tensor],
+        outputs: Sequence[str] | None,
+        request_id: str | None,
+        parameters: Mapping[str, Any] | None,
+        timeout: float | None,
+    ) -> InferResult:
+        with client_span(model, version, transport=self._t.scheme, server=self._t.server) as span:
+            headers: dict[str, str] = {}
+            span.inject(headers)
+            try:
+                result, sent, received = await self._call(
+                    lambda t: self._t.infer(model, version, tensors, outputs, request_id, parameters, headers, t),
+                    timeout,
+                )
+            except ClientError as exc:
+                span.fail(exc)
+                raise
+            span.record(batch_size=tensor_count(tensors), bytes_sent=sent, bytes_received=received)
+            return result
+
+    async def close(self) -> None:
+        await self._t.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
