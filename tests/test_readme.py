@@ -47,7 +47,8 @@ def test_readme_curl_examples(quickstart):
     assert 'nv_inference_request_success{model="add_sub",version="1"} 1.0' in out.stdout
 
 
-def test_readme_python_example(quickstart):
-    code = _blocks("python")[0].replace("localhost:8000", quickstart.url)
+@pytest.mark.parametrize(("index", "expected"), [(0, "[[1. 1. 1."), (1, "[[2. 2. 2.")], ids=["tritonclient", "client"])
+def test_readme_python_examples(quickstart, index, expected):
+    code = _blocks("python")[index].replace("localhost:8000", quickstart.url)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
-    assert "[[1. 1. 1." in out.stdout
+    assert expected in out.stdout
