@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -18,8 +18,11 @@ from ..protocol import (
     Tensor,
     Unavailable,
 )
+from ..protocol._pbjson import message_to_json
 from ._models import ModelManager, ModelVersion, TensorSpec
-from ._pbjson import message_to_json
+
+if TYPE_CHECKING:
+    from ._tracing import RequestTrace, ServerTracing
 
 EXTENSIONS = [
     "binary_tensor_data",
@@ -38,6 +41,9 @@ class DataPlane:
         """False until every model that should load has been loaded (or has failed)."""
         self.draining = False
         """True once shutdown began: not ready any more, in-flight requests still finish."""
+        self.tracing: ServerTracing | None = None
+        """Set when tracing is on (``--trace-config mode=opentelemetry``); the transports start each
+        request's trace with it."""
 
     # -- health and metadata ----------------------------------------------------------------------
     def live(self) -> bool:
@@ -102,7 +108,10 @@ class DataPlane:
         return out
 
     # -- inference ------------------------------------------------------------------------------
-    async def infer(self, name: str, version: str | None, request: InferRequest) -> InferResponse:
+    async def infer(
+        self, name: str, version: str | None, request: InferRequest, trace: RequestTrace | None = None
+    ) -> InferResponse:
+        """Run one request; ``trace`` (from ``self.tracing``) records its queue and compute spans."""
         start = time.perf_counter_ns()
         if not self.accepting:
             raise Unavailable("the server is not accepting inference requests (starting or shutting down)")
@@ -116,7 +125,9 @@ class DataPlane:
                 timeout_us = _int_param(params, "timeout") or None
             else:
                 priority, timeout_us = 0, None
-            outputs = await mv.scheduler.infer(inputs, wanted, priority=priority, timeout_us=timeout_us)
+            if trace is not None:
+                trace.enqueued(mv.version_label)
+            outputs = await mv.scheduler.infer(inputs, wanted, priority=priority, timeout_us=timeout_us, trace=trace)
             response = InferResponse(
                 model_name=name,
                 model_version=mv.version_label,

@@ -1,5 +1,7 @@
 """Protobuf messages as the JSON Triton serves: field names as in the proto, 64-bit integers as numbers.
 
+Shared by the server (``/config``) and the gRPC client (``ModelConfig`` answers read as that same JSON).
+
 protobuf's own json_format writes int64 as strings; Triton's /config writes them as numbers, and
 clients such as perf_analyzer read them as numbers.
 """
