@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 from time import perf_counter_ns
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -111,6 +111,21 @@ def _queue_policy(pb: Any) -> QueuePolicy:
     )
 
 
+class TracedBatch(Protocol):
+    """Tracing's view of one executing batch (see ``TracedRequest``)."""
+
+    def finished(self, error: BaseException | None, timings: tuple[int, int, int] | None) -> None:
+        """On the loop, when the batch is done: ``timings`` are input, infer and output ns (None on error)."""
+
+
+class TracedRequest(Protocol):
+    """What a traced request carries into the queue (``Scheduler.infer(trace=...)``); untraced ones carry None."""
+
+    def batch_started(self, batch: Sequence[Any], rows: int) -> TracedBatch:
+        """On the loop, called on the first traced request of a batch that starts, with all its traced
+        requests (``TracedRequest`` objects, in batch order) and the batch's rows."""
+
+
 @dataclass(eq=False, slots=True)
 class WorkItem:
     """One request waiting for (or in) a batch. Carries its own future."""
@@ -126,6 +141,8 @@ class WorkItem:
     timer: asyncio.TimerHandle | None = None
     #: called on the event loop when the batch holding this request starts (tracing hooks)
     on_start: Callable[[int], None] | None = field(default=None)
+    #: the request's trace when it is traced (None: not traced)
+    trace: TracedRequest | None = None
 
 
 _Result = tuple[list[Arrays], int, int, int]
@@ -263,9 +280,13 @@ class Scheduler:
         priority: int = 0,
         timeout_us: int | None = None,
         on_start: Callable[[int], None] | None = None,
+        trace: TracedRequest | None = None,
     ) -> Arrays:
-        """Queue a request and wait for its outputs (all the model's outputs in ``outputs``)."""
-        item = self._enqueue(inputs, outputs, priority, timeout_us, on_start)
+        """Queue a request and wait for its outputs (all the model's outputs in ``outputs``).
+
+        ``trace``: the request's trace, told when its batch starts and ends.
+        """
+        item = self._enqueue(inputs, outputs, priority, timeout_us, on_start, trace)
         self._pump()
         try:
             return await item.future
@@ -308,6 +329,7 @@ class Scheduler:
         priority: int,
         timeout_us: int | None,
         on_start: Callable[[int], None] | None,
+        trace: TracedRequest | None = None,
     ) -> WorkItem:
         if self._closing:
             raise Unavailable(f"model '{self._label}' is shutting down")
@@ -342,6 +364,7 @@ class Scheduler:
             level=level,
             queue=queue,
             on_start=on_start,
+            trace=trace,
         )
         timeout_ns = policy.default_timeout_ns if timeout_us is None else policy.timeout_ns(timeout_us)
         if timeout_ns:
@@ -445,19 +468,41 @@ class Scheduler:
         start_ns = perf_counter_ns()
         seq = next(self._dispatch_seq)
         rows = sum(i.batch_size for i in items)
+        traced: list[TracedRequest] | None = None
         for item in items:
             if item.on_start is not None:
                 try:
                     item.on_start(rows)
                 except Exception:  # a hook must not lose the batch, nor the instance
                     logger.exception("on_start hook of a request to %s failed", self._label)
+            if item.trace is not None:
+                if traced is None:
+                    traced = [item.trace]
+                else:
+                    traced.append(item.trace)
+        batch_trace = None if traced is None else self._trace_started(traced, rows)
         names = tuple(dict.fromkeys(itertools.chain.from_iterable(i.outputs for i in items)))
         self._in_flight += 1
 
         def done(result: _Result | None, exc: BaseException | None) -> None:
             self._finished(result, exc, worker, items, rows, seq, start_ns)
+            if batch_trace is not None:
+                self._trace_finished(batch_trace, result, exc)
 
         worker.submit([i.inputs for i in items], names, done)
+
+    def _trace_started(self, traced: list[TracedRequest], rows: int) -> TracedBatch | None:
+        try:
+            return traced[0].batch_started(traced, rows)
+        except Exception:  # tracing must not lose the batch
+            logger.exception("tracing a batch of %s failed", self._label)
+            return None
+
+    def _trace_finished(self, batch: TracedBatch, result: _Result | None, exc: BaseException | None) -> None:
+        try:
+            batch.finished(exc, None if result is None else result[1:])
+        except Exception:
+            logger.exception("tracing a batch of %s failed", self._label)
 
     def _finished(
         self,

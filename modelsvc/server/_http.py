@@ -190,7 +190,13 @@ class InferEndpoint:
     async def handle(
         self, model: str, version: str | None, headers: Sequence[tuple[bytes, bytes]], body: bytes
     ) -> Reply:
-        """Answer one infer request; ``headers`` are the request's, names lower-case."""
+        """Answer one infer request; ``headers`` are the request's, names lower-case.
+
+        With tracing on, the request's W3C trace context is taken from ``headers`` and a sampled request
+        gets a SERVER span (model, version, request id, outcome, status) with queue and compute children.
+        """
+        tracing = self.dataplane.tracing
+        trace = None if tracing is None else tracing.start(model, version, headers)
         header_length = None
         for key, value in headers:
             if key == _HEADER_KEY:
@@ -199,7 +205,9 @@ class InferEndpoint:
         try:
             length = None if header_length is None else _header_int(header_length, HEADER_CONTENT_LENGTH)
             request = decode_infer_request(body, length)
-            response = await self.dataplane.infer(model, version, request)
+            if trace is not None:
+                trace.request(request.id)
+            response = await self.dataplane.infer(model, version, request, trace)
             default = request.binary_data_output
             wanted = {o.name: o.binary for o in request.outputs or ()}
             flags = [default if wanted.get(t.name) is None else bool(wanted[t.name]) for t in response.outputs]
@@ -208,7 +216,15 @@ class InferEndpoint:
             status, message = http_error(exc)
             if status == 500:
                 logger.error("inference on model %s failed", model, exc_info=exc)
+            if trace is not None:
+                trace.end(status, exc)
             return Reply(status, encode_error(message), _JSON_BYTES)
+        except BaseException as exc:  # the caller went away (CancelledError)
+            if trace is not None:
+                trace.end(499, exc)
+            raise
+        if trace is not None:
+            trace.end(200, None)
         if json_length is None:
             return Reply(200, payload, _JSON_BYTES)
         return Reply(200, payload, _BINARY, ((_HEADER_KEY, str(json_length).encode()),))

@@ -6,7 +6,7 @@ import asyncio
 import gc
 import logging
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from litestar import Litestar, Response, get
@@ -17,6 +17,7 @@ from ._http import InferEndpoint, create_http_app
 from ._httpserver import HttpServer
 from ._metrics import Metrics
 from ._models import ModelManager
+from ._tracing import TraceSettings, start_tracing
 
 logger = logging.getLogger("modelsvc")
 
@@ -41,6 +42,8 @@ class ServeOptions:
     http_max_input_size: int = 64 * 1024 * 1024
     exit_timeout_secs: int = 30
     log_verbose: int = 0
+    trace: TraceSettings = field(default_factory=TraceSettings)
+    """``--trace-config`` flags, parsed (off by default)."""
 
 
 def create_metrics_app(metrics: Metrics) -> Litestar:
@@ -72,6 +75,15 @@ async def serve(options: ServeOptions) -> int:
     gc.freeze()
     gc.set_threshold(20_000, 20, 20)
     dataplane = DataPlane(models)
+    dataplane.tracing = start_tracing(options.trace)
+    try:
+        return await _serve(options, models, dataplane)
+    finally:
+        if dataplane.tracing is not None:  # export the spans still buffered
+            await asyncio.to_thread(dataplane.tracing.shutdown)
+
+
+async def _serve(options: ServeOptions, models: ModelManager, dataplane: DataPlane) -> int:
     dataplane.accepting = True
     servers: list[HttpServer] = []
     try:

@@ -1,6 +1,6 @@
 """OpenTelemetry tracing of inference requests, configured by tritonserver's ``--trace-config`` flags.
 
-Off by default: then no tracer provider exists, nothing of the SDK is imported, and a request pays one
+Off by default: then no tracer provider exists, the OTLP exporter is not imported, and a request pays one
 ``is None`` check in ``InferEndpoint.handle`` and one per request of each batch in the scheduler.
 
 What one traced request records (spans from the request's own trace, in its own trace)::
@@ -25,18 +25,20 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
 
 from opentelemetry import propagate, trace
+from opentelemetry.context import Context
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+from opentelemetry.trace.span import TraceState
+from opentelemetry.util.types import Attributes
 
 from .. import __version__
-
-if TYPE_CHECKING:
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SpanExporter
 
 logger = logging.getLogger("modelsvc.tracing")
 
@@ -108,6 +110,9 @@ def parse_trace_config(values: Sequence[str]) -> TraceSettings:
             logger.warning("--trace-config %s: Triton's trace files are not supported; ignored", text)
         else:
             raise TraceConfigError(f"--trace-config {text!r}: unknown mode {scope!r} (triton or opentelemetry)")
+    queue, batch = settings.bsp_max_queue_size, settings.bsp_max_export_batch_size
+    if queue is not None and batch is not None and batch > queue:
+        raise TraceConfigError("--trace-config: bsp_max_export_batch_size must not exceed bsp_max_queue_size")
     return settings
 
 
@@ -243,9 +248,10 @@ class BatchTrace:
                 }
             )
         for span in (self.span, *self._computes):
-            if error is not None:
-                span.set_status(Status(StatusCode.ERROR, type(error).__qualname__))
-            span.end()
+            if span.is_recording():  # a compute span ends early when its caller went away
+                if error is not None:
+                    span.set_status(Status(StatusCode.ERROR, type(error).__qualname__))
+                span.end()
 
 
 # -- the server's tracer -----------------------------------------------------------------------------
@@ -255,21 +261,89 @@ def _carrier(headers: Sequence[tuple[bytes, bytes]]) -> dict[str, str]:
     return {k.decode("latin-1"): v.decode("latin-1") for k, v in headers}
 
 
-class ServerTracing:
-    """Starts the server span of each sampled request; owns the tracer provider it was given."""
+def _has_traceparent(headers: Sequence[tuple[bytes, bytes]]) -> bool:
+    return any(key == b"traceparent" for key, _ in headers)
 
-    def __init__(self, provider: TracerProvider) -> None:
+
+class TritonSampler(Sampler):
+    """Triton's ``rate`` and ``count``, with W3C parent-based sampling for requests that carry a context.
+
+    ``take_root`` decides for a request without a trace context (every ``rate``-th; 0: none); a request with
+    one follows its caller's sampled flag; the queue, compute and batch spans of a request follow the request.
+    ``count`` (-1: no limit) bounds the requests traced in all.
+    """
+
+    def __init__(self, rate: int, count: int = -1) -> None:
+        self.rate = rate
+        self._seen = itertools.count(1)
+        self._left = count
+
+    def take_root(self) -> bool:
+        """Whether to trace the next request that carries no trace context."""
+        return self.rate > 0 and next(self._seen) % self.rate == 0 and self._take()
+
+    def _take(self) -> bool:
+        if self._left == 0:
+            return False
+        if self._left > 0:
+            self._left -= 1
+        return True
+
+    def should_sample(
+        self,
+        parent_context: Context | None,
+        trace_id: int,
+        name: str,
+        kind: SpanKind | None = None,
+        attributes: Attributes = None,
+        links: Sequence[Link] | None = None,
+        trace_state: TraceState | None = None,
+    ) -> SamplingResult:
+        parent = trace.get_current_span(parent_context).get_span_context()
+        if not parent.is_valid:  # a request without context: ServerTracing.start took it with take_root
+            sampled = True
+        elif kind is SpanKind.SERVER:  # the caller's decision, within count
+            sampled = parent.trace_flags.sampled and self._take()
+        else:  # queue, compute, batch: as their request
+            sampled = parent.trace_flags.sampled
+        if sampled:
+            return SamplingResult(Decision.RECORD_AND_SAMPLE, attributes, parent.trace_state)
+        return SamplingResult(Decision.DROP, None, parent.trace_state)
+
+    def get_description(self) -> str:
+        return f"TritonSampler{{rate={self.rate}}}"
+
+
+class ServerTracing:
+    """Starts the server span of each sampled request; owns the tracer provider it was given.
+
+    With Triton's sampler and W3C propagation (the default), a request without ``traceparent`` that the rate
+    skips costs one scan of its header names: no context extraction, no span.
+    """
+
+    def __init__(self, provider: TracerProvider, sampler: TritonSampler | None, *, w3c: bool = True) -> None:
         self.provider = provider
+        self.sampler = sampler
         self.tracer = provider.get_tracer("modelsvc.server", __version__)
+        self._w3c = w3c
 
     def start(self, model: str, version: str | None, headers: Sequence[tuple[bytes, bytes]]) -> RequestTrace | None:
         """The request's trace, or None when it is not sampled."""
-        context = propagate.extract(_carrier(headers)) if headers else None
+        context = None
+        if not (self._w3c and not _has_traceparent(headers)):
+            context = propagate.extract(_carrier(headers))
+        sampler = self.sampler
+        if (
+            sampler is not None
+            and (context is None or not trace.get_current_span(context).get_span_context().is_valid)
+            and not sampler.take_root()
+        ):
+            return None
         span = self.tracer.start_span(
             f"infer {model}",
             context,
             kind=SpanKind.SERVER,
-            attributes={ATTR_MODEL: model, ATTR_VERSION: version or ""},
+            attributes={ATTR_MODEL: model} if version is None else {ATTR_MODEL: model, ATTR_VERSION: version},
         )
         if not span.is_recording():
             return None
@@ -280,47 +354,6 @@ class ServerTracing:
         self.provider.shutdown()
 
 
-class _TritonSampler:
-    """Triton's ``rate`` and ``count`` for requests without a trace context; the caller's sampled flag for
-    those with one (W3C parent-based sampling). Children of a server span follow it."""
-
-    def __init__(self, rate: int, count: int) -> None:
-        from opentelemetry.sdk.trace.sampling import Decision, SamplingResult
-
-        self._decision = Decision
-        self._result = SamplingResult
-        self._rate = rate
-        self._seen = itertools.count(1)
-        self._left = count
-
-    def should_sample(
-        self,
-        parent_context: Any,
-        trace_id: int,
-        name: str,
-        kind: SpanKind | None = None,
-        attributes: Any = None,
-        links: Any = None,
-        trace_state: Any = None,
-    ) -> Any:
-        parent = trace.get_current_span(parent_context).get_span_context()
-        decision = self._decision
-        if parent.is_valid:
-            sampled = parent.trace_flags.sampled
-            if kind is not SpanKind.SERVER:  # queue, compute, batch: as their request
-                return self._result(decision.RECORD_AND_SAMPLE if sampled else decision.DROP, None, parent.trace_state)
-        else:
-            sampled = self._rate > 0 and next(self._seen) % self._rate == 0
-        if sampled and self._left != 0:
-            if self._left > 0:
-                self._left -= 1
-            return self._result(decision.RECORD_AND_SAMPLE, attributes, parent.trace_state)
-        return self._result(decision.DROP, None, parent.trace_state)
-
-    def get_description(self) -> str:
-        return f"TritonSampler{{rate={self._rate}}}"
-
-
 def start_tracing(
     settings: TraceSettings,
     exporter: SpanExporter | None = None,
@@ -329,27 +362,23 @@ def start_tracing(
 ) -> ServerTracing | None:
     """A tracer for the settings, exporting over OTLP/HTTP (or to ``exporter``); None when tracing is off.
 
-    Imports the SDK and the exporter only here, so a server without tracing never loads them.
+    The OTLP exporter is imported only here, so a server without tracing never loads it.
     """
     if not settings.enabled:
         if settings.mode != "opentelemetry" and settings.level not in (None, "OFF"):
             logger.warning("tracing needs --trace-config mode=opentelemetry; Triton's trace mode is not supported")
         return None
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
-    from opentelemetry.sdk.trace.sampling import Sampler
-
     env = os.environ if environ is None else environ
-    resource = Resource.create({})
+    resource = Resource.create({})  # the SDK's attributes, OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME
+    defaults: dict[str, str] = {}
     if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
-        resource = resource.merge(Resource({"service.name": SERVICE_NAME}))
-    resource = resource.merge(Resource({"service.version": __version__, **settings.resource}))
-    sampler: Sampler | None
-    if settings.rate is None and env.get("OTEL_TRACES_SAMPLER"):
-        sampler = None  # the SDK reads OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG
-    else:
-        sampler = _TritonSampler(1000 if settings.rate is None else settings.rate, settings.count)  # type: ignore[assignment]
+        defaults["service.name"] = SERVICE_NAME
+    if "service.version" not in resource.attributes:
+        defaults["service.version"] = __version__
+    resource = resource.merge(Resource({**defaults, **settings.resource}))
+    sampler = None  # the SDK reads OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG
+    if settings.rate is not None or not env.get("OTEL_TRACES_SAMPLER"):
+        sampler = TritonSampler(1000 if settings.rate is None else settings.rate, settings.count)
     provider = TracerProvider(sampler=sampler, resource=resource)
     if exporter is None:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -364,8 +393,10 @@ def start_tracing(
         )
     )
     where = settings.url or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
-    logger.info("tracing: OpenTelemetry, OTLP/HTTP to %s, sampler %s", where or DEFAULT_URL, provider.sampler.get_description())
-    return ServerTracing(provider)
-
-
-Hook = Callable[[int], None]
+    logger.info(
+        "tracing: OpenTelemetry, OTLP/HTTP to %s, sampler %s", where or DEFAULT_URL, provider.sampler.get_description()
+    )
+    propagators = env.get("OTEL_PROPAGATORS", "tracecontext,baggage").replace(" ", "").split(",")
+    return ServerTracing(
+        provider, sampler, w3c="tracecontext" in propagators and len(set(propagators) - {"baggage"}) == 1
+    )
