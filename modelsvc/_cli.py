@@ -90,17 +90,74 @@ def _parser() -> argparse.ArgumentParser:
         help="how long shutdown waits for in-flight requests",
     )
     s.add_argument("--log-verbose", type=int, default=0, metavar="N")
+    s.add_argument(
+        "--trace-config",
+        action="append",
+        default=[],
+        metavar="[MODE,]SETTING=VALUE",
+        help="tracing, as tritonserver's flag (repeatable): mode=opentelemetry, level=TIMESTAMPS|OFF, rate=N, "
+        "count=N, opentelemetry,url=URL, opentelemetry,resource=KEY=VALUE, opentelemetry,bsp_*=N; "
+        "OTEL_* environment variables apply where a flag is not given. Off by default.",
+    )
+    g = commands.add_parser(
+        "stubgen",
+        help="write a typed Python module for one model, from its metadata",
+        description="Read one model's v2 metadata and write a mypy-checkable module: an <Model>Outputs "
+        "NamedTuple, a <Model> wrapper over modelsvc.client.Client and an Async<Model> twin.",
+    )
+    g.add_argument("--url", default="localhost:8000", help="the server's HTTP (or grpc://) address")
+    g.add_argument("--model", "-m", required=True, metavar="NAME")
+    g.add_argument("--version", dest="model_version", default=None, metavar="V", help="default: the server's choice")
+    g.add_argument("-o", "--output", required=True, type=Path, metavar="FILE.py", help="where to write; - for stdout")
     return parser
+
+
+def _stubgen(args: argparse.Namespace) -> int:
+    from .client import ClientError, ConnectError, ModelNotFound
+    from .client import Timeout as ClientTimeout
+    from .tools.stubgen import generate
+
+    url = args.url if "://" in args.url else f"http://{args.url}"
+    try:
+        source = generate(url, args.model, args.model_version)
+    except ModelNotFound as exc:
+        version = f" version {args.model_version!r}" if args.model_version else ""
+        print(f"modelsvc stubgen: model {args.model!r}{version} not found at {url}: {exc}", file=sys.stderr)
+        return 1
+    except (ConnectError, ClientTimeout) as exc:
+        print(f"modelsvc stubgen: cannot reach the server at {url}: {exc}", file=sys.stderr)
+        return 1
+    except ClientError as exc:
+        print(f"modelsvc stubgen: reading model {args.model!r} from {url} failed: {exc}", file=sys.stderr)
+        return 1
+    if str(args.output) == "-":
+        sys.stdout.write(source)
+        return 0
+    try:
+        args.output.write_text(source, encoding="utf-8")
+    except OSError as exc:
+        print(f"modelsvc stubgen: cannot write {args.output}: {exc}", file=sys.stderr)
+        return 1
+    print(f"modelsvc stubgen: wrote {args.output} for model {args.model!r} from {url}", file=sys.stderr)
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "stubgen":
+        return _stubgen(args)
     logging.basicConfig(
         level=logging.DEBUG if args.log_verbose > 0 else logging.INFO,
         format="%(asctime)s %(levelname).1s %(name)s] %(message)s",
     )
     from .server import ServeOptions, serve
+    from .server._tracing import TraceConfigError, parse_trace_config
 
+    try:
+        trace = parse_trace_config(args.trace_config)
+    except TraceConfigError as exc:
+        print(f"modelsvc: {exc}", file=sys.stderr)
+        return 2
     if not args.model_repository.is_dir():
         print(f"modelsvc: --model-repository {args.model_repository} is not a directory", file=sys.stderr)
         return 2
@@ -121,6 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         http_max_input_size=args.http_max_input_size,
         exit_timeout_secs=args.exit_timeout_secs,
         log_verbose=args.log_verbose,
+        trace=trace,
     )
     return _run(serve(options))
 

@@ -281,10 +281,20 @@ def error_from_body(status: int, body: bytes) -> ClientError:
     try:
         parsed = msgspec.json.decode(body) if body else None
         if isinstance(parsed, dict):
-            message = str(parsed.get("error") or parsed.get("detail") or parsed)
+            detail = parsed.get("error") or parsed.get("detail") or parsed
+            if isinstance(detail, list):  # FastAPI validation errors (MLServer): "loc: msg" each
+                detail = "; ".join(_validation_item(d) for d in detail)
+            message = str(detail)
     except msgspec.DecodeError:
         message = body[:500].decode("utf-8", errors="replace")
     return error_from_http(status, message or f"HTTP {status}")
+
+
+def _validation_item(item: Any) -> str:
+    if not isinstance(item, dict):
+        return str(item)
+    where = ".".join(str(p) for p in item.get("loc", ()))
+    return f"{where}: {item.get('msg', item)}"
 
 
 def supports_binary(server_metadata: Mapping[str, Any]) -> bool:

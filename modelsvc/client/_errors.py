@@ -2,7 +2,7 @@
 
 ClientError                  base: ``message``, ``status`` (HTTP) and ``code`` (gRPC) when a server answered
 ├── InvalidInput             refused before sending (names, datatypes, shapes), or by the server:
-│                            400, INVALID_ARGUMENT
+│                            400, 422 (MLServer's request validation), INVALID_ARGUMENT
 ├── ModelNotFound            unknown model or version: 404, NOT_FOUND
 ├── ServerUnavailable        not ready, shutting down: 503, UNAVAILABLE              (retried)
 │   └── QueueFull            the model's queue is full or its queue timeout expired  (retried, within the budget)
@@ -69,7 +69,7 @@ _QUEUE_WORDS = ("queue size", "timeout expired")
 
 def error_from_http(status: int, message: str) -> ClientError:
     """The exception for an HTTP error answer (Triton's status mapping)."""
-    if status == 400:
+    if status in (400, 422):
         return InvalidInput(message, status=status)
     if status == 404:
         return ModelNotFound(message, status=status)

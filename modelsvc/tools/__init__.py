@@ -1,0 +1,1 @@
+"""Tools around modelsvc that are not the server or the client: ``stubgen`` writes typed model wrappers."""

@@ -1,0 +1,214 @@
+"""A real MLServer for interop tests, run from its own virtual environment so that its dependencies
+(protobuf, numpy 2, grpcio) never meet the project's pinned ones.
+
+``ensure_env()`` creates ``.venv-mlserver/`` at the repository root once (``python -m venv`` and pip);
+``MLServerProcess`` writes a model folder with a small custom runtime and starts ``mlserver start`` on
+free 127.0.0.1 ports, waiting for ``/v2/health/ready`` and failing loudly with MLServer's log.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests._server import ROOT, free_port
+
+VENV = ROOT / ".venv-mlserver"
+REQUIREMENTS = ("mlserver==1.7.1", "uvloop<0.22")
+"""MLServer and the uvloop its parallel workers need (see shared/DESIGN.md); pinned, so the env is rebuilt
+when this changes."""
+MARKER = VENV / ".modelsvc-requirements"
+LOCK = Path(tempfile.gettempdir()) / "modelsvc-venv-mlserver.lock"
+INTEROP_ENV = "MODELSVC_INTEROP"
+"""Set to 1 (CI does) to fail instead of skipping when the package registry cannot be reached."""
+READY_TIMEOUT_S = 120.0
+
+# pip's words for "the index could not be reached" (as opposed to a broken requirement or a build failure)
+_UNREACHABLE = re.compile(
+    r"No matching distribution found|Could not fetch URL|NewConnectionError|Failed to establish a new connection"
+    r"|Max retries exceeded|Temporary failure in name resolution|Name or service not known|ConnectTimeout"
+    r"|Network is unreachable|ProxyError|SSLError",
+)
+
+ECHO_MODEL = '''"""Echoes an FP32 tensor and a BYTES tensor, decoded and re-encoded with MLServer's codecs."""
+
+from mlserver import MLModel
+from mlserver.codecs import NumpyCodec, StringCodec
+from mlserver.types import InferenceRequest, InferenceResponse, ResponseOutput
+
+
+class EchoModel(MLModel):
+    async def load(self) -> bool:
+        return True
+
+    async def predict(self, payload: InferenceRequest) -> InferenceResponse:
+        by_name = {i.name: i for i in payload.inputs}
+        numbers = NumpyCodec.decode_input(by_name["INPUT0"])
+        text = by_name["TEXT"]
+        words = StringCodec.decode_input(text)
+        return InferenceResponse(
+            model_name=self.name,
+            id=payload.id,
+            outputs=[
+                NumpyCodec.encode_output("OUTPUT0", numbers),
+                ResponseOutput(name="TEXT_OUT", datatype="BYTES", shape=text.shape, data=words),
+            ],
+        )
+'''
+
+ECHO_SETTINGS = {
+    "name": "echo",
+    "implementation": "model.EchoModel",
+    "platform": "custom",
+    "inputs": [
+        {"name": "INPUT0", "datatype": "FP32", "shape": [-1, 4]},
+        {"name": "TEXT", "datatype": "BYTES", "shape": [-1]},
+    ],
+    "outputs": [
+        {"name": "OUTPUT0", "datatype": "FP32", "shape": [-1, 4]},
+        {"name": "TEXT_OUT", "datatype": "BYTES", "shape": [-1]},
+    ],
+}
+
+
+def _unavailable(message: str) -> None:
+    """Fail under ``MODELSVC_INTEROP=1`` (CI), skip elsewhere."""
+    if os.environ.get(INTEROP_ENV) == "1":
+        pytest.fail(f"{message}\n({INTEROP_ENV}=1: interop tests must run)", pytrace=False)
+    pytest.skip(f"{message} (set {INTEROP_ENV}=1 to fail instead)")
+
+
+def ensure_env() -> Path:
+    """The ``mlserver`` executable of ``.venv-mlserver/``, creating the environment when it is missing or stale.
+
+    Test runs in other processes (another checkout's session, a second pytest) may ask at the same time:
+    a file lock lets one build while the others wait, then reuse."""
+    with LOCK.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            return _ensure_env_locked()
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _ensure_env_locked() -> Path:
+    mlserver = VENV / "bin" / "mlserver"
+    wanted = "\n".join(REQUIREMENTS)
+    if mlserver.exists() and MARKER.exists() and MARKER.read_text() == wanted:
+        return mlserver
+    if VENV.exists():  # half-built or built for other requirements
+        shutil.rmtree(VENV)
+    started = time.monotonic()
+    created = subprocess.run([sys.executable, "-m", "venv", str(VENV)], capture_output=True, text=True)
+    if created.returncode != 0:
+        pytest.fail(f"python -m venv {VENV} failed:\n{created.stdout}{created.stderr}", pytrace=False)
+    pip = subprocess.run(
+        [str(VENV / "bin" / "python"), "-m", "pip", "install", "--quiet", *REQUIREMENTS],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    if pip.returncode != 0:
+        output = "\n".join(line for line in (pip.stdout + pip.stderr).splitlines() if "is ignored" not in line)
+        shutil.rmtree(VENV, ignore_errors=True)
+        if _UNREACHABLE.search(output):
+            _unavailable(
+                f"could not install {' '.join(REQUIREMENTS)}: the package index is unreachable\n{output[-3000:]}"
+            )
+        pytest.fail(f"pip install {' '.join(REQUIREMENTS)} failed:\n{output[-3000:]}", pytrace=False)
+    MARKER.write_text(wanted)
+    print(f"created {VENV} in {time.monotonic() - started:.1f} s", file=sys.stderr)
+    return mlserver
+
+
+class MLServerProcess:
+    """``mlserver start`` on a folder holding ``settings.json`` and the echo model; ``url`` once started."""
+
+    def __init__(self, mlserver: Path, folder: Path) -> None:
+        self.mlserver = mlserver
+        self.folder = folder
+        self.http_port = free_port()
+        self.grpc_port = free_port()
+        self.metrics_port = free_port()
+        self.url = f"127.0.0.1:{self.http_port}"
+        self.base = f"http://{self.url}"
+        self.proc: subprocess.Popen[bytes] | None = None
+        fd, name = tempfile.mkstemp(prefix="mlserver-", suffix=".log")
+        os.close(fd)
+        self.log_path = Path(name)
+
+    def write_folder(self) -> None:
+        settings = {
+            "debug": False,
+            "parallel_workers": 0,  # inference in the server process: no worker pool, no uvloop issue
+            "host": "127.0.0.1",
+            "http_port": self.http_port,
+            "grpc_port": self.grpc_port,  # MLServer always opens gRPC; a free port keeps it out of the way
+            "metrics_port": self.metrics_port,
+            "metrics_endpoint": None,  # no metrics server
+            "load_models_at_startup": True,
+        }
+        (self.folder / "settings.json").write_text(json.dumps(settings, indent=2))
+        model = self.folder / "echo"
+        model.mkdir(exist_ok=True)
+        (model / "model-settings.json").write_text(json.dumps(ECHO_SETTINGS, indent=2))
+        (model / "model.py").write_text(ECHO_MODEL)
+
+    def start(self) -> MLServerProcess:
+        self.write_folder()
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("MLSERVER_", "PYTHON", "VIRTUAL_ENV"))}
+        env.update(PYTHONUNBUFFERED="1", PATH=f"{self.mlserver.parent}{os.pathsep}{env.get('PATH', '')}")
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen(
+                [str(self.mlserver), "start", str(self.folder)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.folder,  # MLServer keeps .metrics/ and .envs/ in its working directory
+                env=env,
+            )
+        return self
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> MLServerProcess:
+        assert self.proc is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"mlserver exited with {self.proc.returncode} before ready:\n{self.log()}")
+            try:
+                if httpx.get(f"{self.base}/v2/health/ready", timeout=1.0).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        self.terminate()
+        raise RuntimeError(f"mlserver not ready on {self.base} after {timeout} s:\n{self.log()}")
+
+    def terminate(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def __enter__(self) -> MLServerProcess:
+        return self.start().wait_ready()
+
+    def __exit__(self, *exc: object) -> None:
+        self.terminate()
