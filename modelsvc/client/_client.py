@@ -23,12 +23,27 @@ DEFAULT_TIMEOUT_S = 60.0
 T = TypeVar("T")
 
 
-def _scheme(url: str) -> str:
-    return url.split("://", 1)[0].lower() if "://" in url else "http"
+def _binding(
+    url: str,
+    asynchronous: bool,
+    binary: bool | None,
+    max_connections: int,
+    headers: Mapping[str, str] | None,
+    transport: Any,
+) -> Any:
+    """The protocol binding for ``url``'s scheme, sync or async (imported only when used)."""
+    scheme = url.split("://", 1)[0].lower() if "://" in url else "http"
+    if scheme in ("http", "https"):
+        from ._http import AsyncHttpTransport, HttpTransport
 
+        kind: Any = AsyncHttpTransport if asynchronous else HttpTransport
+        return kind(url, binary=binary, max_connections=max_connections, headers=headers, transport=transport)
+    if scheme == "grpc":
+        from ._grpc import AsyncGrpcTransport, GrpcTransport
 
-def _grpc_target(url: str) -> str:
-    return url.split("://", 1)[1] if "://" in url else url
+        target = url.split("://", 1)[1]
+        return (AsyncGrpcTransport if asynchronous else GrpcTransport)(target, headers=headers)
+    raise ValueError(f"unknown scheme {scheme!r} in {url!r}: use http://, https:// or grpc://")
 
 
 class _Common:
@@ -58,20 +73,7 @@ class Client:
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self._c = _Common(timeout, retry, budget)
-        scheme = _scheme(url)
-        self._t: Transport
-        if scheme in ("http", "https"):
-            from ._http import HttpTransport
-
-            self._t = HttpTransport(
-                url, binary=binary, max_connections=max_connections, headers=headers, transport=transport
-            )
-        elif scheme == "grpc":
-            from ._grpc import GrpcTransport
-
-            self._t = GrpcTransport(_grpc_target(url), headers=headers)
-        else:
-            raise ValueError(f"unknown scheme {scheme!r} in {url!r}: use http://, https:// or grpc://")
+        self._t: Transport = _binding(url, False, binary, max_connections, headers, transport)
 
     def _call(self, op: Callable[[float | None], T], timeout: float | None = None) -> T:
         tries = self._c.attempts(timeout)
@@ -181,20 +183,7 @@ class AsyncClient:
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self._c = _Common(timeout, retry, budget)
-        scheme = _scheme(url)
-        self._t: AsyncTransport
-        if scheme in ("http", "https"):
-            from ._http import AsyncHttpTransport
-
-            self._t = AsyncHttpTransport(
-                url, binary=binary, max_connections=max_connections, headers=headers, transport=transport
-            )
-        elif scheme == "grpc":
-            from ._grpc import AsyncGrpcTransport
-
-            self._t = AsyncGrpcTransport(_grpc_target(url), headers=headers)
-        else:
-            raise ValueError(f"unknown scheme {scheme!r} in {url!r}: use http://, https:// or grpc://")
+        self._t: AsyncTransport = _binding(url, True, binary, max_connections, headers, transport)
 
     async def _call(self, op: Callable[[float | None], Awaitable[T]], timeout: float | None = None) -> T:
         tries = self._c.attempts(timeout)

@@ -59,18 +59,21 @@ _response_decoder = msgspec.json.Decoder(_JsonResponse)
 _encoder = msgspec.json.Encoder()
 
 
+def _split_body(body: bytes, header_length: int | None) -> tuple[bytes | memoryview, memoryview]:
+    """The JSON header and the binary part after it (``Inference-Header-Content-Length`` bytes of JSON)."""
+    if header_length is None:
+        return body, memoryview(b"")
+    if header_length < 0 or header_length > len(body):
+        raise InvalidArgument(
+            f"Inference-Header-Content-Length {header_length} is outside the body of {len(body)} bytes"
+        )
+    view = memoryview(body)
+    return view[:header_length], view[header_length:]
+
+
 def decode_infer_request(body: bytes, header_length: int | None = None) -> InferRequest:
     """Parse a v2 infer request body; every fault is an InvalidArgument naming what is wrong."""
-    header: bytes | memoryview
-    if header_length is None:
-        header, binary = body, memoryview(b"")
-    else:
-        if header_length < 0 or header_length > len(body):
-            raise InvalidArgument(
-                f"Inference-Header-Content-Length {header_length} is outside the body of {len(body)} bytes"
-            )
-        view = memoryview(body)
-        header, binary = view[:header_length], view[header_length:]
+    header, binary = _split_body(body, header_length)
     try:
         raw = _request_decoder.decode(header)
     except msgspec.ValidationError as exc:
@@ -291,16 +294,7 @@ def _json_request_data(tensor: Tensor) -> list[Any]:
 
 def decode_infer_response(body: bytes, header_length: int | None = None) -> InferResponse:
     """Parse a v2 infer response body (JSON, or JSON plus binary outputs)."""
-    header: bytes | memoryview
-    if header_length is None:
-        header, binary = body, memoryview(b"")
-    else:
-        if header_length < 0 or header_length > len(body):
-            raise InvalidArgument(
-                f"Inference-Header-Content-Length {header_length} is outside the body of {len(body)} bytes"
-            )
-        view = memoryview(body)
-        header, binary = view[:header_length], view[header_length:]
+    header, binary = _split_body(body, header_length)
     try:
         raw = _response_decoder.decode(header)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
