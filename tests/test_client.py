@@ -103,8 +103,9 @@ def test_untyped_infer_and_result_details(client):
         ({"INPUT0": np.ones((9, 16), np.float32)}, ["max_batch_size 8"]),
         ({"INPUT0": [["a"] * 16]}, ["FP32"]),
         ({}, ["needs input(s) INPUT0 (FP32 [-1, 16])"]),
+        ({"INPUT0": [[True] * 16]}, ["true/false"]),
     ],
-    ids=["name", "datatype", "shape", "batch", "strings", "missing"],
+    ids=["name", "datatype", "shape", "batch", "strings", "missing", "bools"],
 )
 def test_bad_inputs_fail_locally_before_any_request(server, inputs, fragments):
     transport = CountingTransport()
@@ -116,6 +117,19 @@ def test_bad_inputs_fail_locally_before_any_request(server, inputs, fragments):
         assert len(transport.sent) == sent  # nothing went out
         for fragment in fragments:
             assert fragment in str(info.value)
+
+
+def test_plain_values_that_would_change_are_refused(client):
+    ints = client.model("identity_int64")
+    with pytest.raises(InvalidInput, match="fractional"):
+        ints.infer(INPUT0=[[1.7, -2.9, 3.0, 4.0]])
+    with pytest.raises(InvalidInput, match="true/false"):
+        ints.infer(INPUT0=[[True, False, True, False]])
+    with pytest.raises(InvalidInput, match="numbers"):
+        client.model("identity_bool").infer(INPUT0=[[2, 0, 1, 1]])
+    with pytest.raises(InvalidInput, match="outside"):
+        client.model("identity_int8").infer(INPUT0=[[1, 2, 3, 300]])
+    assert ints.infer(INPUT0=[[1, -2, 3, 4]])["OUTPUT0"].tolist() == [[1, -2, 3, 4]]
 
 
 def test_server_errors_map_to_the_tree(client):

@@ -3,6 +3,7 @@ and nothing hangs."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
@@ -14,12 +15,16 @@ import pytest
 from modelsvc.client import (
     AsyncClient,
     Client,
+    ClientError,
     ConnectError,
+    ConnectionLost,
+    PayloadTooLarge,
     RetryBudget,
     RetryPolicy,
     ServerUnavailable,
     Timeout,
 )
+from modelsvc.client._errors import error_from_grpc
 
 FAST = RetryPolicy(attempts=3, backoff_s=0.001, max_backoff_s=0.005)
 ROW = {"INPUT0": np.ones((1, 16), np.float32)}
@@ -79,6 +84,16 @@ class FaultServer:
                 if self.mode == "stall" and failing:
                     self._stop.wait(30)
                     return
+                if self.mode == "dribble":
+                    conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 100000\r\n\r\n")
+                    for _ in range(1000):
+                        if self._stop.wait(0.2):
+                            return
+                        try:
+                            conn.sendall(b" ")
+                        except OSError:
+                            return
+                    return
                 if self.mode == "503" and failing:
                     body = b'{"error":"the server is not ready"}'
                     conn.sendall(
@@ -110,11 +125,42 @@ def fault() -> Iterator[type[FaultServer]]:
         s.close()
 
 
-def test_closed_connections_raise_connect_error_after_all_attempts(fault):
+def test_connection_lost_after_sending_is_not_retried(fault):
+    """The server read the request and then closed: it may have run it, so it is not sent again."""
     srv = fault("close")
-    with Client(srv.url, retry=FAST, binary=False) as c, pytest.raises(ConnectError):
+    with Client(srv.url, retry=FAST, binary=False) as c, pytest.raises(ConnectionLost):
         c.infer("identity", ROW)
+    assert srv.requests == 1
+
+
+def test_refused_connections_are_retried_then_connect_error():
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    t0 = time.monotonic()
+    with Client(f"127.0.0.1:{port}", retry=FAST, binary=False) as c, pytest.raises(ConnectError):
+        c.infer("identity", ROW)
+    assert time.monotonic() - t0 < 5
+
+
+def test_a_trickling_answer_is_cut_off_at_the_call_timeout(fault):
+    srv = fault("dribble")
+    t0 = time.monotonic()
+    with Client(srv.url, retry=FAST, binary=False, timeout=1.0) as c, pytest.raises(Timeout):
+        c.infer("identity", ROW)
+    assert time.monotonic() - t0 < 3  # one byte every 0.2 s would take minutes
+
+
+def test_budget_is_spent_only_on_retries_that_happen(fault):
+    srv = fault("503")
+    budget = RetryBudget(ratio=0.0, min_per_s=0.0, burst=3.0)
+    slow = RetryPolicy(attempts=5, backoff_s=10.0, max_backoff_s=10.0)  # every backoff overruns the timeout
+    with Client(srv.url, retry=slow, budget=budget, binary=False, timeout=0.5) as c:
+        for _ in range(3):
+            with pytest.raises(ServerUnavailable):
+                c.infer("identity", ROW)
     assert srv.requests == 3
+    assert budget.try_spend()  # still there: no retry happened
 
 
 def test_503_is_retried_until_it_passes(fault):
@@ -174,6 +220,32 @@ async def test_async_client_retries_the_same_way(fault):
     assert srv.requests == 3
     closing = fault("close")
     async with AsyncClient(closing.url, retry=FAST, binary=False) as c:
-        with pytest.raises(ConnectError):
+        with pytest.raises(ConnectionLost):
             await c.infer("identity", ROW)
-    assert closing.requests == 3
+    assert closing.requests == 1
+    trickle = fault("dribble")
+    async with AsyncClient(trickle.url, retry=FAST, binary=False, timeout=1.0) as c:
+        with pytest.raises(Timeout):
+            await c.infer("identity", ROW)
+
+
+def test_an_async_client_stays_on_its_event_loop(fault):
+    srv = fault("503", failures=0)
+    client = AsyncClient(srv.url, retry=FAST, binary=False)
+
+    async def first() -> None:
+        await client.infer("identity", ROW)
+        await client.close()  # its connections die with this loop
+
+    async def second() -> None:
+        await client.infer("identity", ROW)
+
+    asyncio.run(first())
+    with pytest.raises(ClientError, match="one AsyncClient per event loop"):
+        asyncio.run(second())
+
+
+def test_grpc_message_too_large_is_payload_too_large_not_retried():
+    error = error_from_grpc("RESOURCE_EXHAUSTED", "Received message larger than max (4021 vs. 1000)")
+    assert isinstance(error, PayloadTooLarge)
+    assert not RetryPolicy().should_retry(error, 1)

@@ -18,6 +18,7 @@ from modelsvc.client import (
     AsyncClient,
     Client,
     ConnectError,
+    ConnectionLost,
     InvalidInput,
     ProtocolError,
     RetryBudget,
@@ -133,7 +134,7 @@ class _FakeRpcError(grpc.RpcError):
     ("code", "details", "kind"),
     [
         (grpc.StatusCode.UNAVAILABLE, "failed to connect to all addresses; Connection refused", ConnectError),
-        (grpc.StatusCode.UNAVAILABLE, "Socket closed", ConnectError),
+        (grpc.StatusCode.UNAVAILABLE, "Socket closed", ConnectionLost),
         (grpc.StatusCode.UNAVAILABLE, "Server is shutting down", ServerUnavailable),
         (grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded", Timeout),
         (grpc.StatusCode.INVALID_ARGUMENT, "bad shape", InvalidInput),

@@ -11,6 +11,7 @@ from ._core import InferResult, ModelMetadata, TensorSpec
 from ._errors import (
     ClientError,
     ConnectError,
+    ConnectionLost,
     InvalidInput,
     ModelNotFound,
     PayloadTooLarge,
@@ -30,6 +31,7 @@ __all__ = [
     "Client",
     "ClientError",
     "ConnectError",
+    "ConnectionLost",
     "InferResult",
     "InvalidInput",
     "Model",

@@ -13,7 +13,7 @@ import httpx
 
 from ..protocol import Tensor
 from ._core import Attempts, InferResult, ModelMetadata, tensor_count, to_tensor
-from ._errors import ClientError
+from ._errors import ClientError, ModelNotFound
 from ._model import AsyncModel, Model
 from ._retry import RetryBudget, RetryPolicy
 from ._tracing import client_span
@@ -108,8 +108,8 @@ class Client:
         data = self._call(lambda t: self._t.model_metadata(name, version, t))
         try:
             config: dict[str, Any] | None = self.model_config(name, version)
-        except ClientError:
-            config = None  # servers without the configuration extension (MLServer)
+        except ModelNotFound:
+            config = None  # servers without the configuration extension (MLServer): 404
         return ModelMetadata.from_json(data, config)
 
     def model(self, name: str, version: str | None = None) -> Model:
@@ -184,8 +184,17 @@ class AsyncClient:
     ) -> None:
         self._c = _Common(timeout, retry, budget)
         self._t: AsyncTransport = _binding(url, True, binary, max_connections, headers, transport)
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def _call(self, op: Callable[[float | None], Awaitable[T]], timeout: float | None = None) -> T:
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = loop
+        elif loop is not self._loop:
+            raise ClientError(
+                "this AsyncClient belongs to the event loop it was first used on (its connections live there); "
+                "create one AsyncClient per event loop"
+            )
         tries = self._c.attempts(timeout)
         while True:
             try:
@@ -218,8 +227,8 @@ class AsyncClient:
         data = await self._call(lambda t: self._t.model_metadata(name, version, t))
         try:
             config: dict[str, Any] | None = await self.model_config(name, version)
-        except ClientError:
-            config = None
+        except ModelNotFound:
+            config = None  # servers without the configuration extension (MLServer): 404
         return ModelMetadata.from_json(data, config)
 
     async def model(self, name: str, version: str | None = None) -> AsyncModel:

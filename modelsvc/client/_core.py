@@ -118,10 +118,7 @@ def to_tensor(name: str, value: Any, spec: TensorSpec | None = None, model: str 
                 )
             array = value
         else:
-            try:
-                array = np.asarray(value, dtype=expected)
-            except (ValueError, TypeError, OverflowError) as exc:
-                raise InvalidInput(f"input '{name}' of model '{model}' is {datatype}: {exc}") from None
+            array = _convert(name, value, datatype, expected, model)
     else:
         array = np.asarray(value)
         try:
@@ -131,6 +128,30 @@ def to_tensor(name: str, value: Any, spec: TensorSpec | None = None, model: str 
     if spec is not None:
         _check_shape(name, array.shape, spec, model)
     return Tensor(name, datatype, tuple(array.shape), array)
+
+
+def _convert(name: str, value: Any, datatype: str, expected: np.dtype[Any] | None, model: str) -> np.ndarray[Any, Any]:
+    """Plain Python values to the model's dtype, refusing what would change them (floats or bools into integers,
+    strings into numbers, integers out of range), as the server's own JSON decoder does."""
+    try:
+        array = np.asarray(value)
+    except ValueError as exc:
+        raise InvalidInput(f"input '{name}' of model '{model}' is {datatype}: {exc}") from None
+    if expected is None or array.dtype == expected:
+        return array
+    what = f"input '{name}' of model '{model}' is {datatype}"
+    source = array.dtype.kind
+    if source in "OSU":
+        raise InvalidInput(f"{what}: got text or mixed values ({array.dtype})")
+    if (source == "b") != (expected.kind == "b"):
+        raise InvalidInput(f"{what}: got {'true/false' if source == 'b' else 'numbers'}")
+    if source == "f" and expected.kind in "iu":
+        raise InvalidInput(f"{what}: got fractional numbers for an integer type")
+    if source in "iu" and expected.kind in "iu" and array.size:
+        info = np.iinfo(expected)
+        if array.min() < info.min or array.max() > info.max:
+            raise InvalidInput(f"{what}: values outside {info.min}..{info.max}")
+    return array.astype(expected)
 
 
 def _looks_like_text(value: Any) -> bool:
@@ -330,10 +351,10 @@ class Attempts:
         """The pause before the next try; re-raises ``error`` when there is none to make."""
         if not self.policy.should_retry(error, self.attempt):
             raise error
-        if self.budget is not None and not self.budget.try_spend():
-            raise error
         delay = self.policy.delay_s(self.attempt)
         if self.deadline is not None and time.monotonic() + delay >= self.deadline:
+            raise error
+        if self.budget is not None and not self.budget.try_spend():  # spent only on a retry that happens
             raise error
         self.attempt += 1
         return delay

@@ -6,10 +6,12 @@ ClientError                  base: ``message``, ``status`` (HTTP) and ``code`` (
 ├── ModelNotFound            unknown model or version: 404, NOT_FOUND
 ├── ServerUnavailable        not ready, shutting down: 503, UNAVAILABLE              (retried)
 │   └── QueueFull            the model's queue is full or its queue timeout expired  (retried, within the budget)
-├── PayloadTooLarge          the request body is over the server's limit: 413
+├── PayloadTooLarge          the request body is over the server's limit: 413, RESOURCE_EXHAUSTED "larger than max"
 ├── ServerError              the server failed: 500 and other 5xx, INTERNAL
 ├── Timeout                  no answer within the call's timeout
-├── ConnectError             could not connect, or the connection broke              (retried)
+├── ConnectError             could not connect: nothing was sent                     (retried)
+├── ConnectionLost           the connection broke after the request went out, so the server may have
+│                            run it                                                  (not retried)
 └── ProtocolError            the answer could not be understood
 """
 
@@ -60,6 +62,10 @@ class ConnectError(ClientError):
     pass
 
 
+class ConnectionLost(ClientError):
+    pass
+
+
 class ProtocolError(ClientError):
     pass
 
@@ -90,6 +96,8 @@ def error_from_grpc(code: str, message: str) -> ClientError:
         return InvalidInput(message, code=code)
     if code == "NOT_FOUND":
         return ModelNotFound(message, code=code)
+    if code == "RESOURCE_EXHAUSTED" and "larger than max" in message.lower():
+        return PayloadTooLarge(message, code=code)
     if code in ("UNAVAILABLE", "RESOURCE_EXHAUSTED"):
         lowered = message.lower()
         full = (code == "RESOURCE_EXHAUSTED" and "message" not in lowered) or any(w in lowered for w in _QUEUE_WORDS)

@@ -20,21 +20,24 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 from ..protocol import InvalidArgument, Tensor, deserialize_bytes_tensor, numpy_dtype, serialize_bytes_tensor
 from ..protocol._pbjson import message_to_json
 from ._core import InferResult
-from ._errors import ClientError, ConnectError, InvalidInput, ProtocolError, error_from_grpc
+from ._errors import ClientError, ConnectError, ConnectionLost, InvalidInput, ProtocolError, error_from_grpc
 
 DEFAULT_MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 
-# What grpcio's details say when UNAVAILABLE means "no connection", not "the server said it is unavailable".
+# What grpcio's details say when UNAVAILABLE means "no connection", not "the server said it is unavailable":
+# first, could not connect (nothing was sent: retried); then, the connection broke (maybe run: not retried).
 _CONNECT_WORDS = (
     "failed to connect",
     "connection refused",
+    "errors resolving",
+    "dns resolution failed",
+    "connection attempt timed out",
+)
+_LOST_WORDS = (
     "connection reset",
     "socket closed",
     "broken pipe",
     "end of tcp stream",
-    "errors resolving",
-    "dns resolution failed",
-    "connection attempt timed out",
 )
 
 # The typed ``InferTensorContents`` field for each datatype (FP16 and BF16 have none: raw only).
@@ -65,6 +68,8 @@ def grpc_error(exc: grpc.RpcError) -> ClientError:
     message = str(details or code)
     if code == "UNAVAILABLE" and any(word in message.lower() for word in _CONNECT_WORDS):
         return ConnectError(f"connection failed: {message}", code=code)
+    if code == "UNAVAILABLE" and any(word in message.lower() for word in _LOST_WORDS):
+        return ConnectionLost(f"connection lost after the request was sent: {message}", code=code)
     return error_from_grpc(code, message)
 
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 
@@ -18,26 +19,54 @@ from ._core import (
     parse_json,
     supports_binary,
 )
-from ._errors import ClientError, ConnectError, Timeout
+from ._errors import ClientError, ConnectError, ConnectionLost, ModelNotFound, Timeout
 
 
 def _transport_error(exc: httpx.HTTPError) -> ClientError:
+    """Could not connect (nothing sent: retryable), ran out of time, or lost the connection after sending
+    (the server may have run the request: not retried by default)."""
+    if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+        return ConnectError(f"could not connect: {exc!r}")
     if isinstance(exc, httpx.TimeoutException):
         return Timeout(f"no answer in time: {exc!r}")
-    return ConnectError(f"connection failed: {exc!r}")
+    return ConnectionLost(f"the connection broke after the request was sent: {exc!r}")
 
 
-def _checked(response: httpx.Response) -> httpx.Response:
-    if response.status_code in (429, 503):  # retryable answers become exceptions here, for the retry loop
-        raise error_from_body(response.status_code, response.content)
-    return response
+class _Answer(NamedTuple):
+    status: int
+    headers: httpx.Headers
+    content: bytes
+
+
+def _deadline(timeout: float | None) -> float | None:
+    return None if timeout is None else time.monotonic() + timeout
+
+
+def _left(deadline: float | None) -> float | None:
+    if deadline is None:
+        return None
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise Timeout("no answer within the call's timeout")
+    return left
+
+
+def _check_time(deadline: float | None, received: int) -> None:
+    """httpx's timeouts bound each read, not the whole answer: a server that trickles bytes is cut off here."""
+    if deadline is not None and time.monotonic() > deadline:
+        raise Timeout(f"the answer was still arriving ({received} bytes) when the call's time ran out")
+
+
+def _checked(answer: _Answer) -> _Answer:
+    if answer.status in (429, 503):  # retryable answers become exceptions here, for the retry loop
+        raise error_from_body(answer.status, answer.content)
+    return answer
 
 
 class _HttpBase:
-    scheme = "http"
-
     def __init__(self, url: str, binary: bool | None) -> None:
         self.base_url = url if "://" in url else f"http://{url}"
+        self.scheme = httpx.URL(self.base_url).scheme
         self.server = httpx.URL(self.base_url).netloc.decode()
         self.binary = binary
         """None: use the binary tensor extension when the server lists it (asked once)."""
@@ -83,21 +112,32 @@ class HttpTransport(_HttpBase):
             transport=transport,
         )
 
-    def _send(self, prepared: Prepared, timeout: float | None) -> httpx.Response:
+    def _send(self, prepared: Prepared, timeout: float | None) -> _Answer:
+        deadline = _deadline(timeout)
+        request = self._http.build_request(
+            prepared.method, prepared.path, content=prepared.body, headers=prepared.headers, timeout=timeout
+        )
         try:
-            response = self._http.request(
-                prepared.method, prepared.path, content=prepared.body, headers=prepared.headers, timeout=timeout
-            )
+            response = self._http.send(request, stream=True)
+            try:
+                chunks: list[bytes] = []
+                received = 0
+                for chunk in response.iter_bytes():
+                    chunks.append(chunk)
+                    received += len(chunk)
+                    _check_time(deadline, received)
+            finally:
+                response.close()
         except httpx.HTTPError as exc:
             raise _transport_error(exc) from exc
-        return _checked(response)
+        return _checked(_Answer(response.status_code, response.headers, b"".join(chunks)))
 
     def _json(self, path: str, timeout: float | None) -> dict[str, Any]:
-        response = self._send(Prepared("GET", path, {}), timeout)
-        return dict(parse_json(response.status_code, response.content))
+        answer = self._send(Prepared("GET", path, {}), timeout)
+        return dict(parse_json(answer.status, answer.content))
 
     def _ok(self, path: str, timeout: float | None) -> bool:
-        return self._send(Prepared("GET", path, {}), timeout).status_code == 200
+        return self._send(Prepared("GET", path, {}), timeout).status == 200
 
     def live(self, timeout: float | None) -> bool:
         return self._ok("/v2/health/live", timeout)
@@ -128,12 +168,16 @@ class HttpTransport(_HttpBase):
         headers: dict[str, str],
         timeout: float | None,
     ) -> tuple[InferResult, int, int]:
+        deadline = _deadline(timeout)
         if self.binary is None:
-            self.binary = supports_binary(self.server_metadata(timeout))
+            try:
+                self.binary = supports_binary(self.server_metadata(timeout))
+            except ModelNotFound:  # no GET /v2 at all: no extensions, so JSON
+                self.binary = False
         prepared = self.prepare_infer(self.binary, model, version, tensors, outputs, request_id, parameters, headers)
-        response = self._send(prepared, timeout)
-        result = parse_infer(response.status_code, response.headers, response.content)
-        return result, len(prepared.body or b""), len(response.content)
+        answer = self._send(prepared, _left(deadline))
+        result = parse_infer(answer.status, answer.headers, answer.content)
+        return result, len(prepared.body or b""), len(answer.content)
 
     def close(self) -> None:
         self._http.close()
@@ -158,21 +202,32 @@ class AsyncHttpTransport(_HttpBase):
             transport=transport,
         )
 
-    async def _send(self, prepared: Prepared, timeout: float | None) -> httpx.Response:
+    async def _send(self, prepared: Prepared, timeout: float | None) -> _Answer:
+        deadline = _deadline(timeout)
+        request = self._http.build_request(
+            prepared.method, prepared.path, content=prepared.body, headers=prepared.headers, timeout=timeout
+        )
         try:
-            response = await self._http.request(
-                prepared.method, prepared.path, content=prepared.body, headers=prepared.headers, timeout=timeout
-            )
+            response = await self._http.send(request, stream=True)
+            try:
+                chunks: list[bytes] = []
+                received = 0
+                async for chunk in response.aiter_bytes():
+                    chunks.append(chunk)
+                    received += len(chunk)
+                    _check_time(deadline, received)
+            finally:
+                await response.aclose()
         except httpx.HTTPError as exc:
             raise _transport_error(exc) from exc
-        return _checked(response)
+        return _checked(_Answer(response.status_code, response.headers, b"".join(chunks)))
 
     async def _json(self, path: str, timeout: float | None) -> dict[str, Any]:
-        response = await self._send(Prepared("GET", path, {}), timeout)
-        return dict(parse_json(response.status_code, response.content))
+        answer = await self._send(Prepared("GET", path, {}), timeout)
+        return dict(parse_json(answer.status, answer.content))
 
     async def _ok(self, path: str, timeout: float | None) -> bool:
-        return (await self._send(Prepared("GET", path, {}), timeout)).status_code == 200
+        return (await self._send(Prepared("GET", path, {}), timeout)).status == 200
 
     async def live(self, timeout: float | None) -> bool:
         return await self._ok("/v2/health/live", timeout)
@@ -203,12 +258,16 @@ class AsyncHttpTransport(_HttpBase):
         headers: dict[str, str],
         timeout: float | None,
     ) -> tuple[InferResult, int, int]:
+        deadline = _deadline(timeout)
         if self.binary is None:
-            self.binary = supports_binary(await self.server_metadata(timeout))
+            try:
+                self.binary = supports_binary(await self.server_metadata(timeout))
+            except ModelNotFound:  # no GET /v2 at all: no extensions, so JSON
+                self.binary = False
         prepared = self.prepare_infer(self.binary, model, version, tensors, outputs, request_id, parameters, headers)
-        response = await self._send(prepared, timeout)
-        result = parse_infer(response.status_code, response.headers, response.content)
-        return result, len(prepared.body or b""), len(response.content)
+        answer = await self._send(prepared, _left(deadline))
+        result = parse_infer(answer.status, answer.headers, answer.content)
+        return result, len(prepared.body or b""), len(answer.content)
 
     async def close(self) -> None:
         await self._http.aclose()
