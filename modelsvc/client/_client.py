@@ -181,9 +181,11 @@ class AsyncClient:
         max_connections: int = 32,
         headers: Mapping[str, str] | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        binding: AsyncTransport | None = None,
     ) -> None:
+        """``binding`` replaces the URL's protocol binding with one of your own (an in-process engine, say)."""
         self._c = _Common(timeout, retry, budget)
-        self._t: AsyncTransport = _binding(url, True, binary, max_connections, headers, transport)
+        self._t: AsyncTransport = binding or _binding(url, True, binary, max_connections, headers, transport)
         self._loop: asyncio.AbstractEventLoop | None = None
 
     async def _call(self, op: Callable[[float | None], Awaitable[T]], timeout: float | None = None) -> T:
