@@ -1,10 +1,11 @@
 """logicd: the logic-server framework (the CPU half of a service).
 
-Built so far: the service configuration (``load_config``: service.yaml with ``LOGICD_`` overrides) and the
-text toolkit (``logicd.text``: offline tokenizer, 512-token chunking, batching, aggregation). The service
-API, the app and the command line come next (issue 4).
+A service is a ``Service`` with async handlers taking (request, ``Context``); ``create_app`` turns it and its
+``ServiceConfig`` (``load_config``: service.yaml with ``LOGICD_`` overrides) into a Litestar app. The text
+toolkit (``logicd.text``) tokenizes offline, cuts 512-token windows, batches and aggregates.
 """
 
+from ._app import Context, ServiceError, create_app
 from ._config import (
     AuthConfig,
     ChunkingConfig,
@@ -18,6 +19,7 @@ from ._config import (
     example_config,
     load_config,
 )
+from ._service import Service, load_service
 
 __version__ = "0.1.0"
 
@@ -25,13 +27,18 @@ __all__ = [
     "AuthConfig",
     "ChunkingConfig",
     "ConfigError",
+    "Context",
     "LimitsConfig",
     "ModelRef",
     "ModelServiceConfig",
     "ServerConfig",
+    "Service",
     "ServiceConfig",
+    "ServiceError",
     "TokenizerConfig",
     "__version__",
+    "create_app",
     "example_config",
     "load_config",
+    "load_service",
 ]

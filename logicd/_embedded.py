@@ -7,11 +7,12 @@ arrays), the same validation, batching, errors and statistics as the model servi
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from modelsvc.client import ClientError, InferResult
+from modelsvc.client import ClientError, InferResult, Timeout
 from modelsvc.client._errors import error_from_http
 from modelsvc.protocol import InferRequest, ModelsvcError, RequestedOutput, Tensor
 from modelsvc.repository import ModelRepository
@@ -107,9 +108,12 @@ class EmbeddedBinding:
             parameters=dict(parameters or {}),
         )
         try:
-            response = await self.dataplane.infer(model, version, request)
+            # the timeout cancels the call, which withdraws the request from its model's queue
+            response = await asyncio.wait_for(self.dataplane.infer(model, version, request), timeout)
         except ModelsvcError as exc:
             raise _client_error(exc) from None
+        except TimeoutError:
+            raise Timeout(f"model {model!r} did not answer within {timeout} s") from None
         result = InferResult(
             model_name=response.model_name,
             model_version=response.model_version,

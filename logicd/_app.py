@@ -1,0 +1,389 @@
+"""The app factory: a Service and its ServiceConfig become a production Litestar app.
+
+What every service gets:
+- its routes, with request bodies validated by Litestar (a field named in every 400) and shown in OpenAPI;
+- ``/health/live``; ``/health/ready`` (200 only when the model service answers and every model the service
+  uses is ready); ``/metrics`` (requests and latency per route, time per stage, model-call errors by kind,
+  and in embedded mode the model service's own nv_* metrics);
+- a SERVER span per request (the caller's W3C context continued) with a child per stage; model calls made
+  through the Context nest under it, so one trace runs into the model service's queue and batch;
+- problem+json errors (RFC 9457) with no tracebacks: the model service down or overloaded is 503 with
+  Retry-After, too slow is 504, a model refusing an input is 422;
+- a request body limit, and API-key or bearer auth on the service routes when configured.
+"""
+
+import asyncio
+import contextlib
+import hmac
+import logging
+import time
+from collections.abc import AsyncIterator, Sequence
+from http import HTTPStatus
+from typing import Annotated, Any
+
+import numpy as np
+from litestar import Litestar, Request, Response, get, post
+from litestar.connection import ASGIConnection
+from litestar.datastructures import State
+from litestar.enums import RequestEncodingType
+from litestar.exceptions import HTTPException, NotAuthorizedException, ValidationException
+from litestar.handlers import BaseRouteHandler
+from litestar.openapi import OpenAPIConfig
+from litestar.openapi.plugins import JsonRenderPlugin
+from litestar.params import BodyKwarg
+from opentelemetry import propagate, trace
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+from modelsvc.client import (
+    AsyncClient,
+    AsyncModel,
+    ClientError,
+    ConnectError,
+    ConnectionLost,
+    InvalidInput,
+    ModelNotFound,
+    PayloadTooLarge,
+    RetryPolicy,
+    ServerUnavailable,
+    Timeout,
+)
+
+from ._config import ServiceConfig
+from ._service import Route, Service
+from .text import Chunker, Chunks, TokenizerPool, batches, load_tokenizer, unbatch
+
+logger = logging.getLogger("logicd")
+_tracer = trace.get_tracer("logicd")
+PROBLEM = "application/problem+json"
+
+
+class ServiceError(Exception):
+    """Raise from a handler to answer with a problem+json of your choosing (4xx for the caller's mistakes)."""
+
+    def __init__(self, status: int, detail: str, *, field: str | None = None, title: str | None = None) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+        self.field = field
+        self.title = title or HTTPStatus(status).phrase
+
+
+class _Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter(
+            "logicd_requests", "Requests answered, by route and status", ["route", "status"], registry=self.registry
+        )
+        self.latency = Histogram(
+            "logicd_request_duration_seconds", "Request latency by route", ["route"], registry=self.registry
+        )
+        self.stages = Histogram(
+            "logicd_stage_duration_seconds", "Time per stage of a route", ["route", "stage"], registry=self.registry
+        )
+        self.model_errors = Counter(
+            "logicd_model_errors", "Model-call errors by kind", ["route", "kind"], registry=self.registry
+        )
+
+
+def _version(version: int | None) -> str | None:
+    return None if version is None else str(version)
+
+
+class _Runtime:
+    """What lives as long as the app: the client (or embedded engine), model handles, tokenizer, metrics."""
+
+    def __init__(self, service: Service, config: ServiceConfig) -> None:
+        self.service = service
+        self.config = config
+        self.metrics = _Metrics()
+        self.client: AsyncClient | None = None
+        self.engine: Any = None
+        self.models: dict[str, AsyncModel] = {}
+        self.chunker: Chunker | None = None
+        self.pool: TokenizerPool | None = None
+        self.state: dict[str, Any] = {}
+        self._connected = False
+        self._connecting = asyncio.Lock()
+
+    async def start(self) -> None:
+        ms = self.config.model_service
+        retry = RetryPolicy(attempts=1 + ms.retries)
+        if ms.embedded:
+            from ._embedded import EmbeddedModelService
+
+            assert ms.model_repository is not None
+            self.engine = EmbeddedModelService(ms.model_repository)
+            await self.engine.start()
+            self.client = AsyncClient(binding=self.engine.binding(), timeout=ms.timeout_s, retry=retry)
+        else:
+            self.client = AsyncClient(ms.url, timeout=ms.timeout_s, retry=retry)
+        if self.config.tokenizer is not None:
+            chunking = self.config.chunking
+            tokenizer = load_tokenizer(self.config.tokenizer.path)
+            self.chunker = Chunker(tokenizer, max_tokens=chunking.max_tokens, stride=chunking.stride)
+            self.pool = TokenizerPool()
+        try:
+            await self.connect()
+        except ClientError as exc:  # the model service may come up later: ready turns true when it does
+            logger.warning("model service not reachable yet (%s); will retry on demand", exc)
+
+    async def connect(self) -> None:
+        """Read every model's metadata, then run the start-up hooks, once; safe to call again after a failure."""
+        if self._connected:
+            return
+        async with self._connecting:
+            if self._is_connected():  # another request connected while this one waited
+                return
+            assert self.client is not None
+            for ref in self.config.models:
+                self.models[ref.name] = await self.client.model(ref.name, _version(ref.version))
+            for hook in self.service.startup:
+                await hook(Context(self, "startup"))
+            self._connected = True
+
+    def _is_connected(self) -> bool:
+        return self._connected
+
+    async def ready(self) -> bool:
+        if self.client is None:
+            return False
+        try:
+            await self.connect()
+        except ClientError:
+            return False
+        checks = [self.client.model_ready(m.name, _version(m.version)) for m in self.config.models]
+        return all(await asyncio.gather(*checks))
+
+    async def stop(self) -> None:
+        if self.client is not None:
+            await self.client.close()
+        if self.engine is not None:
+            await self.engine.close()
+        if self.pool is not None:
+            self.pool.shutdown()
+
+
+class Context:
+    """What a handler works with: the config, the models, the tokenizer, timed stages, shared state."""
+
+    def __init__(self, runtime: _Runtime, route: str) -> None:
+        self._runtime = runtime
+        self.route = route
+
+    @property
+    def config(self) -> ServiceConfig:
+        return self._runtime.config
+
+    @property
+    def state(self) -> dict[str, Any]:
+        """Shared by every request (fill it in an on_startup hook)."""
+        return self._runtime.state
+
+    def model(self, name: str) -> AsyncModel:
+        """The checked handle of a model listed in service.yaml."""
+        handle = self._runtime.models.get(name)
+        if handle is None:
+            if name not in {m.name for m in self.config.models}:
+                raise KeyError(f"model {name!r} is not listed under models in service.yaml")
+            raise ServerUnavailable(f"model {name!r} is not reachable yet")
+        return handle
+
+    @property
+    def chunker(self) -> Chunker:
+        if self._runtime.chunker is None:
+            raise RuntimeError("no tokenizer: set tokenizer.path in service.yaml")
+        return self._runtime.chunker
+
+    async def chunk(self, texts: Sequence[str]) -> Chunks:
+        """Tokenize and cut into windows off the event loop (a long document never stalls other requests)."""
+        pool = self._runtime.pool
+        if pool is None:
+            raise RuntimeError("no tokenizer: set tokenizer.path in service.yaml")
+        return await pool.chunk(self.chunker, list(texts))
+
+    def check_texts(self, texts: Sequence[str], field: str = "texts") -> None:
+        """Refuse what the limits in service.yaml forbid, naming the field: empty text, too long, too many."""
+        limits = self.config.limits
+        if not texts:
+            raise ServiceError(422, "at least one text is needed", field=field)
+        if len(texts) > limits.max_documents:
+            raise ServiceError(422, f"{len(texts)} texts, at most {limits.max_documents} in one request", field=field)
+        for i, text in enumerate(texts):
+            if not text.strip():
+                raise ServiceError(422, "text is empty", field=f"{field}[{i}]")
+            if len(text) > limits.max_text_chars:
+                raise ServiceError(
+                    422, f"text has {len(text)} characters, at most {limits.max_text_chars}", field=f"{field}[{i}]"
+                )
+
+    async def infer_chunks(
+        self, model: str, chunks: Chunks, output: str, *, max_batch_size: int | None = None
+    ) -> np.ndarray[Any, Any]:
+        """Run every chunk through ``model`` in as few calls as its max_batch_size allows, concurrently;
+        one row of ``output`` per chunk, in chunk order."""
+        handle = self.model(model)
+        limit = max_batch_size if max_batch_size is not None else (handle.metadata.max_batch_size or 0)
+        names = set(handle.inputs)
+        groups = batches(chunks, limit)
+
+        async def run(batch: Any) -> np.ndarray[Any, Any]:
+            inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}
+            if "token_type_ids" in names:
+                inputs["token_type_ids"] = batch.token_type_ids
+            result = await handle.infer({k: v for k, v in inputs.items() if k in names}, outputs=[output])
+            return np.asarray(result[output])
+
+        outputs = await asyncio.gather(*(run(b) for b in groups))
+        return unbatch(groups, list(outputs))
+
+    @contextlib.asynccontextmanager
+    async def stage(self, name: str) -> AsyncIterator[None]:
+        """Time a stage (pre-process, model, post-process...): a span and a metric per stage."""
+        start = time.perf_counter()
+        with _tracer.start_as_current_span(name):
+            try:
+                yield
+            finally:
+                self._runtime.metrics.stages.labels(self.route, name).observe(time.perf_counter() - start)
+
+
+# -- errors as problem+json ----------------------------------------------------------------------------
+
+
+def _problem(
+    status: int, detail: str, request: Request[Any, Any, Any], *, headers: dict[str, str] | None = None, **extra: Any
+) -> Response[Any]:
+    body = {"type": "about:blank", "title": HTTPStatus(status).phrase, "status": status, "detail": detail}
+    body["instance"] = request.url.path
+    body.update({k: v for k, v in extra.items() if v is not None})
+    return Response(body, status_code=status, media_type=PROBLEM, headers=headers)
+
+
+def _client_error_status(exc: ClientError) -> tuple[int, str, dict[str, str] | None]:
+    if isinstance(exc, Timeout):
+        return 504, "the model service did not answer in time", None
+    if isinstance(exc, ServerUnavailable | ConnectError | ConnectionLost | ModelNotFound):
+        return 503, f"the model service is unavailable: {exc.message}", {"Retry-After": "1"}
+    if isinstance(exc, InvalidInput):
+        return 422, f"the model refused the input: {exc.message}", None
+    if isinstance(exc, PayloadTooLarge):
+        return 413, "the request is too large for the model service", None
+    return 502, "the model service failed", None
+
+
+def _on_error(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    if isinstance(exc, ServiceError):
+        return _problem(exc.status, exc.detail, request, field=exc.field)
+    if isinstance(exc, ValidationException):
+        return _problem(400, str(exc.detail), request, errors=exc.extra)
+    if isinstance(exc, HTTPException):
+        return _problem(exc.status_code, str(exc.detail), request, headers=exc.headers)
+    if isinstance(exc, ClientError):
+        status, detail, headers = _client_error_status(exc)
+        if status >= 502:
+            logger.warning("model call failed on %s: %s", request.url.path, exc)
+        return _problem(status, detail, request, headers=headers)
+    logger.exception("unhandled error on %s", request.url.path)
+    return _problem(500, "internal error; see the server log", request)
+
+
+# -- the app ---------------------------------------------------------------------------------------------
+
+
+def _auth_guard(config: ServiceConfig) -> Any:
+    auth = config.auth
+    if auth.mode == "none":
+        return None
+    secrets = [s.encode() for s in (auth.api_keys if auth.mode == "api_key" else auth.tokens)]
+
+    def guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+        if auth.mode == "api_key":
+            given = connection.headers.get("x-api-key", "")
+        else:
+            header = connection.headers.get("authorization", "")
+            given = header[7:] if header.lower().startswith("bearer ") else ""
+        if not given or not any(hmac.compare_digest(given.encode(), s) for s in secrets):
+            raise NotAuthorizedException(
+                detail="an API key is needed (X-API-Key)" if auth.mode == "api_key" else "a bearer token is needed",
+                headers={"WWW-Authenticate": "Bearer"} if auth.mode == "bearer" else None,
+            )
+
+    return guard
+
+
+def _route(route: Route, runtime: _Runtime, guard: Any) -> Any:
+    async def endpoint(data: Any, request: Request[Any, Any, Any]) -> Any:
+        start = time.perf_counter()
+        status = 500
+        context = propagate.extract(dict(request.headers))
+        with _tracer.start_as_current_span(
+            f"{route.method} {route.path}", context=context, kind=trace.SpanKind.SERVER
+        ) as span:
+            try:
+                result = await route.handler(data, Context(runtime, route.path))
+                status = 200
+                return result
+            except ClientError as exc:
+                status = _client_error_status(exc)[0]
+                runtime.metrics.model_errors.labels(route.path, type(exc).__name__).inc()
+                span.record_exception(exc)
+                raise
+            except ServiceError as exc:
+                status = exc.status
+                raise
+            finally:
+                span.set_attribute("http.response.status_code", status)
+                runtime.metrics.requests.labels(route.path, str(status)).inc()
+                runtime.metrics.latency.labels(route.path).observe(time.perf_counter() - start)
+
+    endpoint.__annotations__ = {
+        "data": Annotated[route.request_type, BodyKwarg(media_type=RequestEncodingType.JSON)],
+        "request": Request,
+        "return": route.response_type,
+    }
+    endpoint.__name__ = endpoint.__qualname__ = route.name
+    return post(
+        route.path, summary=route.summary, status_code=200, operation_id=route.name, guards=[guard] if guard else None
+    )(endpoint)
+
+
+def create_app(service: Service, config: ServiceConfig) -> Litestar:
+    """The Litestar app for ``service`` under ``config``; start-up connects to the model service (or starts
+    the embedded engine) and shutdown closes it."""
+    runtime = _Runtime(service, config)
+
+    @get("/health/live", include_in_schema=False, sync_to_thread=False)
+    def live() -> dict[str, str]:
+        return {"status": "live"}
+
+    @get("/health/ready", include_in_schema=False)
+    async def ready() -> Response[dict[str, str]]:
+        ok = await runtime.ready()
+        return Response({"status": "ready" if ok else "not ready"}, status_code=200 if ok else 503)
+
+    @get("/metrics", include_in_schema=False)
+    async def metrics() -> Response[bytes]:
+        text = generate_latest(runtime.metrics.registry)
+        if runtime.engine is not None:
+            text += runtime.engine.metrics.render()
+        return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    guard = _auth_guard(config)
+    handlers: list[Any] = [live, ready, metrics, *(_route(r, runtime, guard) for r in service.routes)]
+    with contextlib.suppress(ImportError):
+        from ._docs import docs_handlers
+
+        handlers += docs_handlers(title=config.name)
+    return Litestar(
+        route_handlers=handlers,
+        on_startup=[runtime.start],
+        on_shutdown=[runtime.stop],
+        exception_handlers={Exception: _on_error},
+        request_max_body_size=config.limits.max_body_bytes,
+        openapi_config=OpenAPIConfig(
+            title=config.name, version="1", path="/schema", render_plugins=[JsonRenderPlugin()]
+        ),
+        logging_config=None,
+        debug=False,
+        state=State({"logicd": runtime}),
+    )
