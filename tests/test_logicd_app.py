@@ -215,3 +215,30 @@ def test_openapi_schema_shows_the_models(service_dir):
         schema = client.get("/schema/openapi.json").json()
         assert "/v1/echo" in schema["paths"]
         assert "EchoIn" in json.dumps(schema["components"])
+
+
+def test_one_trace_from_the_request_through_its_stages_into_the_model_call(service_dir, monkeypatch):
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    import logicd._app
+    from modelsvc.client import _tracing as client_tracing
+
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    monkeypatch.setattr(logicd._app, "_tracer", provider.get_tracer("logicd"))
+    monkeypatch.setattr(client_tracing, "_TRACER", provider.get_tracer("modelsvc.client"))
+    caller_trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+    app = create_app(service, load_config(write_yaml(service_dir, "embedded")))
+    with TestClient(app) as client:
+        r = client.post("/v1/echo", json=ROW, headers={"traceparent": f"00-{caller_trace}-00f067aa0ba902b7-01"})
+        assert r.status_code == 200
+    provider.shutdown()
+    spans = {s.name: s for s in memory.get_finished_spans()}
+    request, stage, call = spans["POST /v1/echo"], spans["model"], spans["infer identity"]
+    assert f"{request.context.trace_id:032x}" == caller_trace  # the caller's trace continues
+    assert stage.parent.span_id == request.context.span_id
+    assert call.parent.span_id == stage.context.span_id  # the model call nests under its stage
+    assert call.context.trace_id == request.context.trace_id
