@@ -28,8 +28,6 @@ from litestar.datastructures import State
 from litestar.enums import RequestEncodingType
 from litestar.exceptions import HTTPException, NotAuthorizedException, ValidationException
 from litestar.handlers import BaseRouteHandler
-from litestar.openapi import OpenAPIConfig
-from litestar.openapi.plugins import JsonRenderPlugin
 from litestar.params import BodyKwarg
 from opentelemetry import propagate, trace
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -49,6 +47,7 @@ from modelsvc.client import (
 )
 
 from ._config import ServiceConfig
+from ._docs import docs_handlers, openapi_config
 from ._service import Route, Service
 from .text import Chunker, Chunks, TokenizerPool, batches, load_tokenizer, unbatch
 
@@ -370,19 +369,14 @@ def create_app(service: Service, config: ServiceConfig) -> Litestar:
 
     guard = _auth_guard(config)
     handlers: list[Any] = [live, ready, metrics, *(_route(r, runtime, guard) for r in service.routes)]
-    with contextlib.suppress(ImportError):
-        from ._docs import docs_handlers
-
-        handlers += docs_handlers(title=config.name)
+    handlers += docs_handlers(title=config.name)  # /docs: works offline, no CDN
     return Litestar(
         route_handlers=handlers,
         on_startup=[runtime.start],
         on_shutdown=[runtime.stop],
         exception_handlers={Exception: _on_error},
         request_max_body_size=config.limits.max_body_bytes,
-        openapi_config=OpenAPIConfig(
-            title=config.name, version="1", path="/schema", render_plugins=[JsonRenderPlugin()]
-        ),
+        openapi_config=openapi_config(config.name, "1"),
         logging_config=None,
         debug=False,
         state=State({"logicd": runtime}),
