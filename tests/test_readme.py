@@ -52,3 +52,12 @@ def test_readme_python_examples(quickstart, index, expected):
     code = _blocks("python")[index].replace("localhost:8000", quickstart.url)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert expected in out.stdout
+
+
+def test_readme_logicd_example_defines_a_service():
+    namespace: dict[str, object] = {}
+    exec(_blocks("python")[2], namespace)
+    service = namespace["service"]
+    assert [(r.method, r.path, r.request_type.__name__, r.response_type.__name__) for r in service.routes] == [
+        ("POST", "/v1/score", "Documents", "Scores")
+    ]
