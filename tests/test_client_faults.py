@@ -4,10 +4,11 @@ and nothing hangs."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pytest
@@ -151,10 +152,18 @@ def test_a_trickling_answer_is_cut_off_at_the_call_timeout(fault):
     assert time.monotonic() - t0 < 3  # one byte every 0.2 s would take minutes
 
 
+@dataclasses.dataclass(frozen=True)
+class NoJitter(RetryPolicy):
+    """The full backoff every time: no random draw decides what the test sees."""
+
+    def delay_s(self, attempt: int, rand: Callable[[], float] = lambda: 1.0) -> float:
+        return super().delay_s(attempt, rand=lambda: 1.0)
+
+
 def test_budget_is_spent_only_on_retries_that_happen(fault):
     srv = fault("503")
     budget = RetryBudget(ratio=0.0, min_per_s=0.0, burst=3.0)
-    slow = RetryPolicy(attempts=5, backoff_s=10.0, max_backoff_s=10.0)  # every backoff overruns the timeout
+    slow = NoJitter(attempts=5, backoff_s=10.0, max_backoff_s=10.0)  # every backoff overruns the timeout
     with Client(srv.url, retry=slow, budget=budget, binary=False, timeout=0.5) as c:
         for _ in range(3):
             with pytest.raises(ServerUnavailable):
