@@ -114,14 +114,7 @@ class EmbeddedBinding:
             raise _client_error(exc) from None
         except TimeoutError:
             raise Timeout(f"model {model!r} did not answer within {timeout} s") from None
-        result = InferResult(
-            model_name=response.model_name,
-            model_version=response.model_version,
-            outputs={t.name: t.data for t in response.outputs},
-            datatypes={t.name: t.datatype for t in response.outputs},
-            id=response.id,
-            parameters=response.parameters,
-        )
+        result = InferResult.from_response(response)
         sent = sum(t.data.nbytes for t in tensors)
         received = sum(t.data.nbytes for t in response.outputs)
         return result, sent, received

@@ -16,6 +16,7 @@ from ..protocol import (
     HEADER_CONTENT_LENGTH,
     NUMPY_DTYPES,
     InferRequest,
+    InferResponse,
     InvalidArgument,
     RequestedOutput,
     Tensor,
@@ -82,6 +83,18 @@ class InferResult:
     datatypes: dict[str, str]
     id: str | None = None
     parameters: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_response(cls, response: InferResponse) -> InferResult:
+        """From the protocol's transport-neutral response (HTTP decoding, or an in-process engine)."""
+        return cls(
+            model_name=response.model_name,
+            model_version=response.model_version,
+            outputs={t.name: t.data for t in response.outputs},
+            datatypes={t.name: t.datatype for t in response.outputs},
+            id=response.id,
+            parameters=response.parameters,
+        )
 
     def __getitem__(self, name: str) -> np.ndarray[Any, Any]:
         return self.outputs[name]
@@ -277,14 +290,7 @@ def parse_infer(status: int, headers: Mapping[str, str], body: bytes) -> InferRe
         response = decode_infer_response(body, length)
     except (ValueError, InvalidArgument) as exc:
         raise ProtocolError(f"could not read the inference response: {exc}") from None
-    return InferResult(
-        model_name=response.model_name,
-        model_version=response.model_version,
-        outputs={t.name: t.data for t in response.outputs},
-        datatypes={t.name: t.datatype for t in response.outputs},
-        id=response.id,
-        parameters=response.parameters,
-    )
+    return InferResult.from_response(response)
 
 
 def parse_json(status: int, body: bytes) -> Any:
