@@ -56,6 +56,13 @@ _tracer = trace.get_tracer("logicd")
 PROBLEM = "application/problem+json"
 
 
+def _phrase(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Client Error" if 400 <= status < 500 else "Error"
+
+
 class ServiceError(Exception):
     """Raise from a handler to answer with a problem+json of your choosing (4xx for the caller's mistakes)."""
 
@@ -64,7 +71,7 @@ class ServiceError(Exception):
         self.status = status
         self.detail = detail
         self.field = field
-        self.title = title or HTTPStatus(status).phrase
+        self.title = title or _phrase(status)
 
 
 class _Metrics:
@@ -102,6 +109,7 @@ class _Runtime:
         self.pool: TokenizerPool | None = None
         self.state: dict[str, Any] = {}
         self._connected = False
+        self._hooks_done = 0
         self._connecting = asyncio.Lock()
 
     async def start(self) -> None:
@@ -134,13 +142,26 @@ class _Runtime:
             if self._is_connected():  # another request connected while this one waited
                 return
             assert self.client is not None
+            models = {}
             for ref in self.config.models:
-                self.models[ref.name] = await self.client.model(ref.name, _version(ref.version))
-            for hook in self.service.startup:
-                await hook(Context(self, "startup"))
+                models[ref.name] = await self.client.model(ref.name, _version(ref.version))
+            # hooks that already succeeded are not run again; the models are published only when all have
+            while self._hooks_done < len(self.service.startup):
+                hook = self.service.startup[self._hooks_done]
+                try:
+                    await hook(Context(self, "startup", models))
+                except Exception:
+                    logger.exception("start-up hook %s failed; it runs again on the next attempt", hook.__name__)
+                    raise
+                self._hooks_done += 1
+            self.models = models
             self._connected = True
 
     def _is_connected(self) -> bool:
+        return self._connected
+
+    @property
+    def connected(self) -> bool:
         return self._connected
 
     async def ready(self) -> bool:
@@ -154,20 +175,23 @@ class _Runtime:
         return all(await asyncio.gather(*checks))
 
     async def stop(self) -> None:
-        if self.client is not None:
-            await self.client.close()
-        if self.engine is not None:
-            await self.engine.close()
-        if self.pool is not None:
-            self.pool.shutdown()
+        try:
+            if self.client is not None:
+                await self.client.close()
+        finally:
+            if self.engine is not None:
+                await self.engine.close()
+            if self.pool is not None:
+                await asyncio.to_thread(self.pool.shutdown)  # joins its threads: not on the loop
 
 
 class Context:
     """What a handler works with: the config, the models, the tokenizer, timed stages, shared state."""
 
-    def __init__(self, runtime: _Runtime, route: str) -> None:
+    def __init__(self, runtime: _Runtime, route: str, models: dict[str, AsyncModel] | None = None) -> None:
         self._runtime = runtime
         self.route = route
+        self._models = models if models is not None else runtime.models
 
     @property
     def config(self) -> ServiceConfig:
@@ -180,7 +204,7 @@ class Context:
 
     def model(self, name: str) -> AsyncModel:
         """The checked handle of a model listed in service.yaml."""
-        handle = self._runtime.models.get(name)
+        handle = self._models.get(name)
         if handle is None:
             if name not in {m.name for m in self.config.models}:
                 raise KeyError(f"model {name!r} is not listed under models in service.yaml")
@@ -221,6 +245,8 @@ class Context:
         """Run every chunk through ``model`` in as few calls as its max_batch_size allows, concurrently;
         one row of ``output`` per chunk, in chunk order."""
         handle = self.model(model)
+        if len(chunks) == 0:
+            return np.zeros((0,), np.float32)  # nothing to run: no call to the model
         limit = max_batch_size if max_batch_size is not None else (handle.metadata.max_batch_size or 0)
         names = set(handle.inputs)
         groups = batches(chunks, limit)
@@ -250,9 +276,15 @@ class Context:
 
 
 def _problem(
-    status: int, detail: str, request: Request[Any, Any, Any], *, headers: dict[str, str] | None = None, **extra: Any
+    status: int,
+    detail: str,
+    request: Request[Any, Any, Any],
+    *,
+    headers: dict[str, str] | None = None,
+    title: str | None = None,
+    **extra: Any,
 ) -> Response[Any]:
-    body = {"type": "about:blank", "title": HTTPStatus(status).phrase, "status": status, "detail": detail}
+    body = {"type": "about:blank", "title": title or _phrase(status), "status": status, "detail": detail}
     body["instance"] = request.url.path
     body.update({k: v for k, v in extra.items() if v is not None})
     return Response(body, status_code=status, media_type=PROBLEM, headers=headers)
@@ -272,7 +304,7 @@ def _client_error_status(exc: ClientError) -> tuple[int, str, dict[str, str] | N
 
 def _on_error(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
     if isinstance(exc, ServiceError):
-        return _problem(exc.status, exc.detail, request, field=exc.field)
+        return _problem(exc.status, exc.detail, request, title=exc.title, field=exc.field)
     if isinstance(exc, ValidationException):
         return _problem(400, str(exc.detail), request, errors=exc.extra)
     if isinstance(exc, HTTPException):
@@ -319,6 +351,8 @@ def _route(route: Route, runtime: _Runtime, guard: Any) -> Any:
             f"{route.method} {route.path}", context=context, kind=trace.SpanKind.SERVER
         ) as span:
             try:
+                if not runtime.connected:  # the model service was away: try again now, 503 if still away
+                    await runtime.connect()
                 result = await route.handler(data, Context(runtime, route.path))
                 status = 200
                 return result
@@ -332,6 +366,8 @@ def _route(route: Route, runtime: _Runtime, guard: Any) -> Any:
                 raise
             finally:
                 span.set_attribute("http.response.status_code", status)
+                if status >= 500:
+                    span.set_status(trace.Status(trace.StatusCode.ERROR))
                 runtime.metrics.requests.labels(route.path, str(status)).inc()
                 runtime.metrics.latency.labels(route.path).observe(time.perf_counter() - start)
 

@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import json
 import logging
+import math
 import os
 import shlex
 import signal
@@ -234,7 +235,7 @@ def _serve(args: argparse.Namespace) -> int:
             log_config=None,
             access_log=args.access_log,
             lifespan="on",
-            timeout_graceful_shutdown=int(args.exit_timeout_secs),
+            timeout_graceful_shutdown=math.ceil(args.exit_timeout_secs),  # never below what was asked
             server_header=False,
         )
     )
@@ -270,6 +271,23 @@ def _run(coro: Coroutine[Any, Any, None]) -> None:
 # --- up -------------------------------------------------------------------------------------------------
 
 
+def _die_with_parent() -> None:
+    """In a child, before exec: be sent SIGTERM if ``up`` dies, even by SIGKILL (Linux), so no server outlives it."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def _port_taken(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
@@ -297,6 +315,7 @@ class _Child:
             stderr=subprocess.STDOUT,
             env=env,
             process_group=0,
+            preexec_fn=_die_with_parent,
         )
         child = cls(name, proc)
         child.reader = threading.Thread(target=child._pump, args=(tag, echo), name=f"logicd-up-{tag}", daemon=True)
@@ -430,6 +449,9 @@ def _up(args: argparse.Namespace) -> int:
     loopback = "127.0.0.1"
     model_port, metrics_port, grpc_port = free_port(), free_port(), free_port()
     port = config.server.port or free_port(args.host if args.host != "0.0.0.0" else loopback)
+    if _port_taken(args.host or "0.0.0.0", port):  # else another server's 200 would pass for ours
+        print(f"logicd up: port {port} is already in use on {args.host}; choose another with --port", file=sys.stderr)
+        return USAGE_ERROR
     shown_host = loopback if args.host in ("0.0.0.0", "") else args.host
     model_url = f"http://{loopback}:{model_port}"
     logic_url = f"http://{shown_host}:{port}"

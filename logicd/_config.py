@@ -373,12 +373,13 @@ class ServiceConfig(_Section, frozen=True, kw_only=True):
             raise _FieldError("service", f"must be an import path 'package.module:attribute', got {self.service!r}")
         if not self.models:
             raise _FieldError("models", "at least one model is required")
-        seen: set[tuple[str, int | None]] = set()
+        seen: set[str] = set()
         for i, model in enumerate(self.models):
-            if (model.name, model.version) in seen:
-                which = model.name if model.version is None else f"{model.name} version {model.version}"
-                raise _FieldError(f"models[{i}]", f"{which!r} is listed twice")
-            seen.add((model.name, model.version))
+            if model.name in seen:  # handlers reach models by name: ctx.model(name)
+                raise _FieldError(
+                    f"models[{i}]", f"{model.name!r} is listed twice; a service uses one version of each model"
+                )
+            seen.add(model.name)
         for label in self.labels:
             if not label.strip():
                 raise _FieldError("labels", "label names must not be empty")

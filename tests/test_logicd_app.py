@@ -279,3 +279,78 @@ def test_bearer_tokens(service_dir):
         assert r.headers["www-authenticate"] == "Bearer"
         assert client.post("/v1/echo", json=ROW, headers={"authorization": "Bearer t0ken"}).status_code == 200
         assert client.get("/docs").status_code == 200  # docs stay open
+
+
+def test_requests_reconnect_when_the_model_service_comes_up_after_the_app(service_dir):
+    """No readiness probe needed: a request finds the model service once it is there."""
+    model = ModelsvcProcess(service_dir / "model_repository")  # its ports are chosen, nothing listens yet
+    app = create_app(service, load_config(write_yaml(service_dir, f"http://{model.url}")))
+    try:
+        with TestClient(app) as client:
+            problem(client.post("/v1/echo", json=ROW), 503)
+            model.start().wait_ready()
+            deadline = time.monotonic() + 20
+            while (r := client.post("/v1/echo", json=ROW)).status_code != 200:
+                assert r.status_code == 503, r.text
+                assert time.monotonic() - deadline < 0, "requests never reconnected"
+                time.sleep(0.1)
+            assert r.json() == ROW
+    finally:
+        model.terminate()
+
+
+def test_startup_hooks_finish_before_requests_and_do_not_run_twice(service_dir):
+    from modelsvc.client import ServerUnavailable
+
+    hooked = Service()
+    calls = {"first": 0, "second": 0}
+
+    @hooked.on_startup
+    async def first(ctx: Context) -> None:
+        calls["first"] += 1
+        ctx.state["items"] = [*ctx.state.get("items", []), "first"]
+
+    @hooked.on_startup
+    async def second(ctx: Context) -> None:
+        calls["second"] += 1
+        if calls["second"] == 1:
+            raise ServerUnavailable("not yet")  # fails once, as a model call might while its service warms up
+        await ctx.model("identity").infer(INPUT0=[ROW["values"]])  # hooks can call the models
+
+    @hooked.post("/v1/state")
+    async def state(request: EchoIn, ctx: Context) -> EchoOut:
+        ctx.model("identity")
+        return EchoOut(values=[float(len(ctx.state["items"]))])
+
+    app = create_app(hooked, load_config(write_yaml(service_dir, "embedded")))
+    with TestClient(app) as client:
+        assert calls == {"first": 1, "second": 1}
+        assert client.post("/v1/state", json=ROW).json() == {"values": [1.0]}  # connected on this request
+        assert calls == {"first": 1, "second": 2}  # the first hook did not run again
+        assert client.get("/health/ready").status_code == 200
+
+
+def test_service_errors_keep_their_title_and_odd_statuses(service_dir):
+    from logicd import ServiceError
+
+    odd = Service()
+
+    @odd.post("/v1/teapot")
+    async def teapot(request: EchoIn, ctx: Context) -> EchoOut:
+        raise ServiceError(418, "short and stout", title="Teapot")
+
+    @odd.post("/v1/odd")
+    async def odd_status(request: EchoIn, ctx: Context) -> EchoOut:
+        raise ServiceError(499, "an unusual status", field="values")
+
+    @odd.post("/v1/empty")
+    async def empty(request: DocsIn, ctx: Context) -> EchoOut:
+        chunks = await ctx.chunk(request.texts)
+        return EchoOut(values=(await ctx.infer_chunks("token", chunks, "logits")).tolist())
+
+    app = create_app(odd, load_config(write_yaml(service_dir, "embedded")))
+    with TestClient(app) as client:
+        assert problem(client.post("/v1/teapot", json=ROW), 418)["title"] == "Teapot"
+        body = problem(client.post("/v1/odd", json=ROW), 499)
+        assert (body["title"], body["field"]) == ("Client Error", "values")
+        assert client.post("/v1/empty", json={"texts": []}).json() == {"values": []}  # no model call, no error

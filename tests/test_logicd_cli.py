@@ -326,3 +326,29 @@ def test_up_when_a_child_dies_stops_the_other(tmp_path):
         assert wait_gone(list(pids.values())) == []
     finally:
         up.close()
+
+
+def test_killing_up_takes_its_servers_with_it(tmp_path):
+    """Even SIGKILL (an OOM kill, a CI timeout): the children get SIGTERM when up dies."""
+    folder = make_service(tmp_path / "svc")
+    up = Up(tmp_path, str(folder), "--quiet")
+    try:
+        up.wait_for(r"^logicd up: echo is ready$")
+        pids = up.pids()
+        up.proc.kill()
+        up.proc.wait()
+        assert wait_gone(list(pids.values())) == []
+    finally:
+        up.close()
+
+
+def test_up_refuses_a_port_another_server_holds(tmp_path):
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        folder = make_service(tmp_path / "svc", port=port)
+        result = run_cli("up", str(folder), "--host", "127.0.0.1", "--quiet")
+    assert result.returncode == 2
+    assert f"port {port} is already in use" in result.stderr
+    assert "is ready" not in result.stdout

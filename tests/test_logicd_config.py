@@ -117,9 +117,16 @@ def test_absolute_path_is_kept(tmp_path: Path) -> None:
 
 
 def test_models_take_names_or_mappings(tmp_path: Path) -> None:
-    text = MINIMAL.replace("models: [encoder]", "models: [a, {name: b, version: 3}, {name: b, version: 4}]")
+    text = MINIMAL.replace("models: [encoder]", "models: [a, {name: b, version: 3}]")
     config = load_config(write(tmp_path, text), env={})
-    assert config.models == (ModelRef(name="a"), ModelRef(name="b", version=3), ModelRef(name="b", version=4))
+    assert config.models == (ModelRef(name="a"), ModelRef(name="b", version=3))
+
+
+def test_one_version_of_each_model(tmp_path: Path) -> None:
+    """Handlers reach models by name (ctx.model(name)): two versions of one model would hide one."""
+    text = MINIMAL.replace("models: [encoder]", "models: [a, {name: b, version: 3}, {name: b, version: 4}]")
+    with pytest.raises(ConfigError, match=r"models\[2\]: 'b' is listed twice; a service uses one version"):
+        load_config(write(tmp_path, text), env={})
 
 
 def test_os_environ_is_the_default_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
