@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from modelsvc._cli import port_number
+
 from . import __version__
 from ._config import ConfigError, ServerConfig, ServiceConfig, load_config
 
@@ -54,16 +56,6 @@ _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 # --- arguments ------------------------------------------------------------------------------------------
-
-
-def _port(text: str) -> int:
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"a port is a number, got {text!r}") from None
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"port {port} is outside 0..65535")
-    return port
 
 
 def _seconds(text: str) -> float:
@@ -95,7 +87,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     s.add_argument("service_dir", nargs="?", type=Path, metavar="SERVICE_DIR", help=where)
     s.add_argument("--host", metavar="ADDR", help="interface to bind (overrides server.host)")
-    s.add_argument("--port", type=_port, help="port to bind, 0 for a free one (overrides server.port)")
+    s.add_argument("--port", type=port_number, help="port to bind, 0 for a free one (overrides server.port)")
     s.add_argument("--model-url", metavar="URL", help="the model service (overrides model_service.url)")
     s.add_argument(
         "--exit-timeout-secs",
@@ -116,7 +108,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     u.add_argument("service_dir", nargs="?", type=Path, metavar="SERVICE_DIR", help=where)
     u.add_argument("--host", default="127.0.0.1", metavar="ADDR", help="the logic server's interface (127.0.0.1)")
-    u.add_argument("--port", type=_port, help="the logic server's port, 0 for a free one (default: server.port)")
+    u.add_argument("--port", type=port_number, help="the logic server's port, 0 for a free one (default: server.port)")
     u.add_argument(
         "--ready-timeout",
         type=_seconds,

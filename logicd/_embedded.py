@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from modelsvc.client import ClientError, InferResult, Timeout
+from modelsvc.client._core import infer_request
 from modelsvc.client._errors import error_from_http
-from modelsvc.protocol import InferRequest, ModelsvcError, RequestedOutput, Tensor
+from modelsvc.protocol import ModelsvcError, Tensor
 from modelsvc.repository import ModelRepository
 from modelsvc.server import DataPlane, Metrics, ModelManager
 from modelsvc.server._errors import http_error
@@ -101,12 +102,7 @@ class EmbeddedBinding:
         headers: dict[str, str],
         timeout: float | None,
     ) -> tuple[InferResult, int, int]:
-        request = InferRequest(
-            inputs=list(tensors),
-            id=request_id,
-            outputs=[RequestedOutput(n) for n in outputs] if outputs else None,
-            parameters=dict(parameters or {}),
-        )
+        request = infer_request(tensors, outputs, request_id, parameters)
         try:
             # the timeout cancels the call, which withdraws the request from its model's queue
             response = await asyncio.wait_for(self.dataplane.infer(model, version, request), timeout)

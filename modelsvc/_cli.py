@@ -24,7 +24,8 @@ def _bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
-def _port(text: str) -> int:
+def port_number(text: str) -> int:
+    """argparse type for a TCP port (0..65535)."""
     try:
         port = int(text)
     except ValueError:
@@ -45,11 +46,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--model-repository", "--model-store", required=True, type=Path, metavar="DIR")
     s.add_argument("--http-address", default="0.0.0.0", metavar="ADDR")
-    s.add_argument("--http-port", type=_port, default=8000)
+    s.add_argument("--http-port", type=port_number, default=8000)
     s.add_argument("--grpc-address", default="0.0.0.0", metavar="ADDR")
-    s.add_argument("--grpc-port", type=_port, default=8001)
+    s.add_argument("--grpc-port", type=port_number, default=8001)
     s.add_argument("--metrics-address", default="0.0.0.0", metavar="ADDR")
-    s.add_argument("--metrics-port", type=_port, default=8002)
+    s.add_argument("--metrics-port", type=port_number, default=8002)
     for flag, default in (("--allow-http", True), ("--allow-grpc", True), ("--allow-metrics", True)):
         s.add_argument(flag, type=_bool, default=default, nargs="?", const=True, metavar="BOOL")
     s.add_argument(

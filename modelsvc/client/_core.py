@@ -255,6 +255,21 @@ def model_path(name: str, version: str | None) -> str:
     return f"{path}/versions/{quote(str(version), safe='')}" if version else path
 
 
+def infer_request(
+    tensors: Sequence[Tensor],
+    outputs: Sequence[str] | None,
+    request_id: str | None,
+    parameters: Mapping[str, Any] | None,
+) -> InferRequest:
+    """The protocol's request for a call: what the HTTP codec encodes and an in-process engine runs."""
+    return InferRequest(
+        inputs=list(tensors),
+        id=request_id,
+        outputs=[RequestedOutput(n) for n in outputs] if outputs else None,
+        parameters=dict(parameters or {}),
+    )
+
+
 def build_infer(
     model: str,
     version: str | None,
@@ -265,12 +280,7 @@ def build_infer(
     request_id: str | None = None,
     parameters: Mapping[str, Any] | None = None,
 ) -> Prepared:
-    request = InferRequest(
-        inputs=list(tensors),
-        id=request_id,
-        outputs=[RequestedOutput(n) for n in outputs] if outputs else None,
-        parameters=dict(parameters or {}),
-    )
+    request = infer_request(tensors, outputs, request_id, parameters)
     try:
         body, header_length = encode_infer_request(request, binary)
     except InvalidArgument as exc:
@@ -369,7 +379,3 @@ class Attempts:
 def tensor_count(tensors: Sequence[Tensor]) -> int | None:
     """The batch size a request carries, for tracing (first dimension of the first input)."""
     return tensors[0].shape[0] if tensors and tensors[0].shape else None
-
-
-def nbytes(value: bytes | None) -> int:
-    return 0 if value is None else len(value)
