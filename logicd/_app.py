@@ -192,6 +192,8 @@ class Context:
         self._runtime = runtime
         self.route = route
         self._models = models if models is not None else runtime.models
+        self.timings: dict[str, float] = {}
+        """Seconds spent in each `stage` of this request so far (a stage entered twice adds up)."""
 
     @property
     def config(self) -> ServiceConfig:
@@ -263,13 +265,15 @@ class Context:
 
     @contextlib.asynccontextmanager
     async def stage(self, name: str) -> AsyncIterator[None]:
-        """Time a stage (pre-process, model, post-process...): a span and a metric per stage."""
+        """Time a stage (pre-process, model, post-process...): a span, a metric and an entry in `timings`."""
         start = time.perf_counter()
         with _tracer.start_as_current_span(name):
             try:
                 yield
             finally:
-                self._runtime.metrics.stages.labels(self.route, name).observe(time.perf_counter() - start)
+                elapsed = time.perf_counter() - start
+                self.timings[name] = self.timings.get(name, 0.0) + elapsed
+                self._runtime.metrics.stages.labels(self.route, name).observe(elapsed)
 
 
 # -- errors as problem+json ----------------------------------------------------------------------------

@@ -123,6 +123,11 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SECS",
         help="how long each server may take to stop before it is killed (default 30)",
     )
+    u.add_argument(
+        "--no-example",
+        action="store_true",
+        help=f"do not send the service's {EXAMPLE_FILE} once both are ready (sent and its answer shown by default)",
+    )
     u.add_argument("--quiet", "-q", action="store_true", help="do not echo the servers' logs")
     u.add_argument("--log-level", choices=log_levels, default="info", help="the logic server's log level")
     return parser
@@ -417,6 +422,32 @@ def _example(service_dir: Path) -> str:
         return "{}"
 
 
+def _try_example(path: str, service_dir: Path, logic_url: str, max_lines: int = 40) -> str:
+    """Send the service's example request to its first route; the answer, shown as the first proof of life."""
+    import httpx
+
+    started = time.perf_counter()
+    try:
+        response = httpx.post(
+            f"{logic_url}{path}",
+            content=_example(service_dir),
+            headers={"content-type": "application/json"},
+            timeout=60.0,
+        )
+    except httpx.HTTPError as exc:
+        return f"logicd up: the example request to POST {path} failed: {exc}"
+    took = (time.perf_counter() - started) * 1000.0
+    try:
+        body = json.dumps(response.json(), indent=2, ensure_ascii=False)
+    except ValueError:
+        body = response.text
+    lines = body.splitlines()
+    if len(lines) > max_lines:
+        lines = [*lines[:max_lines], f"... ({len(lines) - max_lines} more lines)"]
+    shown = "\n".join(f"  {line}" for line in lines)
+    return f"logicd up: {EXAMPLE_FILE} sent to POST {path}: {response.status_code} in {took:.0f} ms\n{shown}"
+
+
 def _model_repository(config: ServiceConfig, service_dir: Path) -> Path:
     return config.model_service.model_repository or service_dir / "model_repository"
 
@@ -493,6 +524,8 @@ def _up(args: argparse.Namespace) -> int:
                     child.show_tail(why)
                     return RUN_ERROR
             _say(_banner(config, service, service_dir, logic_url, model_url, metrics_port, children))
+            if not args.no_example and service.routes and (service_dir / EXAMPLE_FILE).is_file():
+                _say(_try_example(service.routes[0].path, service_dir, logic_url))
             while not signals.event.wait(0.2):
                 for child in children:
                     if not child.alive:

@@ -1,8 +1,9 @@
-"""Start real modelsvc processes on free ports and wait until they are ready, loudly."""
+"""Start real modelsvc and logicd processes on free ports and wait until they are ready, loudly."""
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -10,6 +11,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Self
 
 import httpx
 
@@ -32,22 +34,83 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class ModelsvcProcess:
-    """``modelsvc serve`` in a child process; ``url`` and ``metrics_url`` once started."""
+class ServerProcess:
+    """A server in a child process, its output in a log file; ``wait_ready`` polls ``ready_url`` for a 200."""
 
-    def __init__(self, repository: Path, *extra: str) -> None:
-        self.repository = repository
-        self.extra = extra
+    ready_path = "/"
+
+    def __init__(self) -> None:
         self.http_port = free_port()
-        self.metrics_port = free_port()
-        self.grpc_port = free_port()
         self.url = f"127.0.0.1:{self.http_port}"
         self.base = f"http://{self.url}"
-        self.metrics_url = f"http://127.0.0.1:{self.metrics_port}/metrics"
         self.proc: subprocess.Popen[bytes] | None = None
-        fd, name = tempfile.mkstemp(prefix="modelsvc-", suffix=".log")
+        fd, name = tempfile.mkstemp(prefix=f"{type(self).__name__.lower()}-", suffix=".log")
         os.close(fd)
         self.log_path = Path(name)
+
+    @property
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
+    def start(self) -> Self:
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen(
+                self.command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env, preexec_fn=_die_with_parent
+            )
+        return self
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_ready(self, timeout: float = 60.0) -> Self:
+        assert self.proc is not None
+        name = type(self).__name__
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{name} exited with {self.proc.returncode} before ready:\n{self.log()}")
+            try:
+                if httpx.get(f"{self.base}{self.ready_path}", timeout=1.0).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError(f"{name} not ready after {timeout}s:\n{self.log()}")
+
+    def wait_exit(self, timeout: float = 60.0) -> int:
+        assert self.proc is not None
+        return self.proc.wait(timeout)
+
+    def terminate(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def __enter__(self) -> Self:
+        self.start().wait_ready()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.terminate()
+
+
+class ModelsvcProcess(ServerProcess):
+    """``modelsvc serve`` in a child process; ``url`` and ``metrics_url`` once started."""
+
+    ready_path = "/v2/health/ready"
+
+    def __init__(self, repository: Path, *extra: str) -> None:
+        super().__init__()
+        self.repository = repository
+        self.extra = extra
+        self.metrics_port = free_port()
+        self.grpc_port = free_port()
+        self.metrics_url = f"http://127.0.0.1:{self.metrics_port}/metrics"
 
     @property
     def command(self) -> list[str]:
@@ -71,46 +134,90 @@ class ModelsvcProcess:
             *self.extra,
         ]
 
-    def start(self) -> ModelsvcProcess:
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        with self.log_path.open("wb") as log:
-            self.proc = subprocess.Popen(
-                self.command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env, preexec_fn=_die_with_parent
-            )
-        return self
 
-    def log(self) -> str:
+class LogicdProcess(ServerProcess):
+    """``logicd serve SERVICE`` in a child process against the model service at ``model_url``."""
+
+    ready_path = "/health/ready"
+
+    def __init__(self, service: Path, model_url: str, *extra: str) -> None:
+        super().__init__()
+        self.service = service
+        self.model_url = model_url
+        self.extra = extra
+
+    @property
+    def command(self) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "logicd",
+            "serve",
+            str(self.service),
+            *("--host", "127.0.0.1", "--port", str(self.http_port), "--model-url", self.model_url),
+            *self.extra,
+        ]
+
+
+def gone(pid: int) -> bool:
+    """Whether no process (or only a zombie) has this pid."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+class Up:
+    """``logicd up`` in a child process, its output in a file that the test reads as it grows."""
+
+    def __init__(self, tmp_path: Path, *args: str) -> None:
+        self.log_path = tmp_path / "up.out"
+        self.err_path = tmp_path / "up.err"
+        with self.log_path.open("wb") as out, self.err_path.open("wb") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "logicd", "up", *args],
+                stdout=out,
+                stderr=err,
+                cwd=ROOT,
+                env=dict(os.environ, PYTHONUNBUFFERED="1"),
+            )
+
+    def output(self) -> str:
         return self.log_path.read_text(errors="replace")
 
-    def wait_ready(self, timeout: float = 60.0) -> ModelsvcProcess:
-        assert self.proc is not None
+    def errors(self) -> str:
+        return self.err_path.read_text(errors="replace")
+
+    def pids(self) -> dict[str, int]:
+        return {
+            name: int(pid)
+            for name, pid in re.findall(r"started the (model service|logic server), pid (\d+)", self.output())
+        }
+
+    def wait_for(self, pattern: str, timeout: float = 60.0) -> re.Match[str]:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            found = re.search(pattern, self.output(), re.MULTILINE)
+            if found:
+                return found
             if self.proc.poll() is not None:
-                raise RuntimeError(f"modelsvc exited with {self.proc.returncode} before ready:\n{self.log()}")
-            try:
-                if httpx.get(f"{self.base}/v2/health/ready", timeout=1.0).status_code == 200:
-                    return self
-            except httpx.TransportError:
-                pass
+                break
             time.sleep(0.05)
-        raise RuntimeError(f"modelsvc not ready after {timeout}s:\n{self.log()}")
+        raise AssertionError(
+            f"no {pattern!r} in up's output (exit {self.proc.poll()}):\n{self.output()}\nstderr:\n{self.errors()}"
+        )
 
-    def wait_exit(self, timeout: float = 60.0) -> int:
-        assert self.proc is not None
+    def wait(self, timeout: float = 20.0) -> int:
         return self.proc.wait(timeout)
 
-    def terminate(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-    def __enter__(self) -> ModelsvcProcess:
-        return self.start().wait_ready()
-
-    def __exit__(self, *exc: object) -> None:
-        self.terminate()
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        for pid in self.pids().values():  # never leave a server behind, whatever the test found
+            if not gone(pid):
+                os.kill(pid, signal.SIGKILL)

@@ -18,7 +18,7 @@ import pytest
 from logicd import __version__
 from logicd._cli import config_path, main
 from tests import onnx_models as om
-from tests._server import ROOT, ModelsvcProcess, free_port
+from tests._server import ROOT, ModelsvcProcess, Up, free_port, gone
 from tests.conftest import identity_config
 
 pytestmark = pytest.mark.integration
@@ -76,18 +76,6 @@ server:
     return folder
 
 
-def gone(pid: int) -> bool:
-    """Whether no process (or only a zombie) has this pid."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
-    except OSError:
-        return True
-
-
 def wait_gone(pids: list[int], timeout: float = 10.0) -> list[int]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -102,58 +90,6 @@ def run_cli(*args: str, timeout: float = WAIT) -> subprocess.CompletedProcess[st
     return subprocess.run(
         [sys.executable, "-m", "logicd", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT
     )
-
-
-class Up:
-    """``logicd up`` in a child process, its output in a file that the test reads as it grows."""
-
-    def __init__(self, tmp_path: Path, *args: str) -> None:
-        self.log_path = tmp_path / "up.out"
-        self.err_path = tmp_path / "up.err"
-        with self.log_path.open("wb") as out, self.err_path.open("wb") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "logicd", "up", *args],
-                stdout=out,
-                stderr=err,
-                cwd=ROOT,
-                env=dict(os.environ, PYTHONUNBUFFERED="1"),
-            )
-
-    def output(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def errors(self) -> str:
-        return self.err_path.read_text(errors="replace")
-
-    def pids(self) -> dict[str, int]:
-        return {
-            name: int(pid)
-            for name, pid in re.findall(r"started the (model service|logic server), pid (\d+)", self.output())
-        }
-
-    def wait_for(self, pattern: str, timeout: float = WAIT) -> re.Match[str]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            found = re.search(pattern, self.output(), re.MULTILINE)
-            if found:
-                return found
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        raise AssertionError(
-            f"no {pattern!r} in up's output (exit {self.proc.poll()}):\n{self.output()}\nstderr:\n{self.errors()}"
-        )
-
-    def wait(self, timeout: float = STOP_BOUND) -> int:
-        return self.proc.wait(timeout)
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        for pid in self.pids().values():  # never leave a server behind, whatever the test found
-            if not gone(pid):
-                os.kill(pid, signal.SIGKILL)
 
 
 # --- in-process: arguments and configuration errors ---------------------------------------------------

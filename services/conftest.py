@@ -1,0 +1,68 @@
+"""Fixtures for the example services' tests: the model built once, the services in-process or as real pairs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from litestar.testing import TestClient
+
+from logicd import create_app, load_config, load_service
+from services import build
+from tests._server import LogicdProcess, ModelsvcProcess
+
+HERE = Path(__file__).resolve().parent
+
+
+@pytest.fixture(scope="session")
+def built() -> None:
+    """Export the model and copy the tokenizer if a previous run has not (about 15 s, once)."""
+    build.build()
+    assert not build.missing(), build.missing()
+
+
+def embedded_client(service: str) -> TestClient:
+    """The service's app on an in-process model service (``model_service.url: embedded``), not started yet."""
+    folder = HERE / service
+    env = {"LOGICD_MODEL_SERVICE__URL": "embedded", "LOGICD_MODEL_SERVICE__MODEL_REPOSITORY": "./model_repository"}
+    config = load_config(folder / "service.yaml", env)
+    return TestClient(create_app(load_service(config, folder), config), timeout=60)
+
+
+class Pair:
+    """A service as it runs in production: ``modelsvc serve`` and ``logicd serve`` in two processes."""
+
+    def __init__(self, service: str) -> None:
+        folder = HERE / service
+        self.model = ModelsvcProcess(folder / "model_repository")
+        self.logic: LogicdProcess | None = None
+        self.folder = folder
+
+    def __enter__(self) -> Pair:
+        self.model.start().wait_ready(120)
+        try:
+            self.logic = LogicdProcess(self.folder, self.model.base).start().wait_ready(120)
+        except BaseException:
+            self.model.terminate()
+            raise
+        return self
+
+    @property
+    def base(self) -> str:
+        assert self.logic is not None
+        return self.logic.base
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            if self.logic is not None:
+                self.logic.terminate()
+        finally:
+            self.model.terminate()
+
+
+@pytest.fixture(scope="module")
+def pair(request: pytest.FixtureRequest, built: None) -> Iterator[Pair]:
+    """The pair of the service named by the test module's ``SERVICE``."""
+    with Pair(request.module.SERVICE) as running:
+        yield running
