@@ -526,6 +526,7 @@ def _up(args: argparse.Namespace) -> int:
             _say(_banner(config, service, service_dir, logic_url, model_url, metrics_port, children))
             if not args.no_example and service.routes and (service_dir / EXAMPLE_FILE).is_file():
                 _say(_try_example(service.routes[0].path, service_dir, logic_url))
+            _say("Ctrl-C stops both.")
             while not signals.event.wait(0.2):
                 for child in children:
                     if not child.alive:
@@ -582,5 +583,4 @@ def _banner(
             f"  curl -X {route.method} {logic_url}{route.path} -H 'content-type: application/json'"
             f" -d {shlex.quote(_example(service_dir))}",
         ]
-    lines.append("Ctrl-C stops both.")
     return "\n".join(lines)

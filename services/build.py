@@ -31,17 +31,18 @@ MISSING_EXTRAS = (
 )
 
 
-def model_file(service: str) -> Path:
-    return HERE / service / "model_repository" / MODEL_NAME / "1" / "model.onnx"
+def model_file(service: str, root: Path = HERE) -> Path:
+    return root / service / "model_repository" / MODEL_NAME / "1" / "model.onnx"
 
 
-def tokenizer_dir(service: str) -> Path:
-    return HERE / service / "tokenizer"
+def tokenizer_dir(service: str, root: Path = HERE) -> Path:
+    return root / service / "tokenizer"
 
 
-def missing(services: tuple[str, ...] = SERVICES) -> list[Path]:
+def missing(root: Path = HERE) -> list[Path]:
     """The build outputs that are not there yet."""
-    paths = [model_file(s) for s in services] + [tokenizer_dir(s) / f for s in services for f in TOKENIZER_FILES]
+    paths = [model_file(s, root) for s in SERVICES]
+    paths += [tokenizer_dir(s, root) / name for s in SERVICES for name in TOKENIZER_FILES]
     return [p for p in paths if not p.is_file()]
 
 
@@ -91,16 +92,17 @@ def _export(source: Path, target: Path, say: Callable[[str], None]) -> Path:
     return report.model_path
 
 
-def build(force: bool = False, say: Callable[[str], None] = print) -> list[Path]:
+def build(force: bool = False, say: Callable[[str], None] = print, root: Path = HERE) -> list[Path]:
     """Export the model and copy the tokenizer where they are missing (everywhere with ``force``).
 
-    Returns the files written. Safe to run again; a failed export leaves no model.onnx behind.
+    The model is exported once and copied to the other services. Returns the files written; a second call
+    writes nothing. A failed export leaves no model.onnx behind.
     """
-    if not force and not missing():
+    if not force and not missing(root):
         return []
     source = _source()
     written: list[Path] = []
-    models = [model_file(s) for s in SERVICES]
+    models = [model_file(s, root) for s in SERVICES]
     built = None if force else next((m for m in models if m.is_file()), None)
     if built is None:
         built = _export(source, models[0], say)
@@ -111,7 +113,7 @@ def build(force: bool = False, say: Callable[[str], None] = print) -> list[Path]
             written.append(target)
     for service in SERVICES:
         for name in TOKENIZER_FILES:
-            target = tokenizer_dir(service) / name
+            target = tokenizer_dir(service, root) / name
             if force or not target.is_file():
                 _copy(source / name, target)
                 written.append(target)

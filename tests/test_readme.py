@@ -28,8 +28,10 @@ def quickstart():
 
 def test_readme_opens_with_the_two_commands():
     first_two = _blocks("bash")[:2]
-    assert "modelsvc serve --model-repository services/quickstart/model_repository" in first_two[0]
+    # the main command ends with what the doc_classifier end-to-end test runs: build, then `logicd up`
+    assert first_two[0].strip().endswith("-m services.build && .venv/bin/logicd up services/doc_classifier")
     assert "pytest" in first_two[1]
+    assert "modelsvc serve --model-repository services/quickstart/model_repository" in _blocks("bash")[2]
     ci = (ROOT / ".ci" / "run").read_text()
     assert first_two[1].strip() in ci  # .ci/run runs exactly the README's test command
 
@@ -37,7 +39,7 @@ def test_readme_opens_with_the_two_commands():
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
 def test_readme_curl_examples(quickstart):
     try_it = (
-        _blocks("bash")[2]
+        _blocks("bash")[3]
         .replace("localhost:8000", quickstart.url)
         .replace("localhost:8002", f"127.0.0.1:{quickstart.metrics_port}")
     )
