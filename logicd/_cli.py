@@ -526,7 +526,7 @@ def _up(args: argparse.Namespace) -> int:
             _say(_banner(config, service, service_dir, logic_url, model_url, metrics_port, children))
             if not args.no_example and service.routes and (service_dir / EXAMPLE_FILE).is_file():
                 _say(_try_example(service.routes[0].path, service_dir, logic_url))
-            _say("Ctrl-C stops both.")
+            print("Ctrl-C stops both.", flush=True)
             while not signals.event.wait(0.2):
                 for child in children:
                     if not child.alive:

@@ -223,6 +223,9 @@ def test_up_end_to_end_and_a_signal_stops_both(tmp_path, stop_signal):
         assert r.json() == {"values": VALUES}
         assert httpx.get(f"{model[1]}/v2/health/ready").status_code == 200
         assert httpx.get(f"{logic[1]}/metrics").status_code == 200
+        # the example was sent once both were ready, and its answer shown
+        shown = up.wait_for(r"^logicd up: example\.json sent to POST /v1/echo: 200 in \d+ ms$")
+        assert json.loads(up.output()[shown.end() :].split("Ctrl-C stops both.")[0]) == {"values": VALUES}
 
         t0 = time.monotonic()
         up.proc.send_signal(stop_signal)
@@ -288,3 +291,16 @@ def test_up_refuses_a_port_another_server_holds(tmp_path):
     assert result.returncode == 2
     assert f"port {port} is already in use" in result.stderr
     assert "is ready" not in result.stdout
+
+
+def test_up_no_example_sends_nothing(tmp_path):
+    folder = make_service(tmp_path / "svc", port=free_port())
+    up = Up(tmp_path, str(folder), "--quiet", "--no-example")
+    try:
+        up.wait_for(r"^Ctrl-C stops both\.$")
+        assert "example.json sent" not in up.output()
+        assert 'logicd_requests{route="/v1/echo"' not in httpx.get(re.search(r"metrics\s+(http://\S+)", up.output())[1]).text
+        up.proc.send_signal(signal.SIGTERM)
+        assert up.wait() == 0
+    finally:
+        up.close()
