@@ -110,7 +110,174 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--model", "-m", required=True, metavar="NAME")
     g.add_argument("--version", dest="model_version", default=None, metavar="V", help="default: the server's choice")
     g.add_argument("-o", "--output", required=True, type=Path, metavar="FILE.py", help="where to write; - for stdout")
+    _add_export(commands)
+    i = commands.add_parser(
+        "inspect",
+        help="show a model file's inputs, outputs, datatypes, dims and opsets",
+        description="Show what an ONNX model (or, where TensorRT is installed, a .plan/.engine) takes and "
+        "gives: tensor names, Triton datatypes, dims (-1 dynamic, with the symbolic name), opsets, IR version, "
+        "producer and parameter count.",
+    )
+    i.add_argument("model_file", type=Path, metavar="MODEL_FILE")
+    i.add_argument("--json", action="store_true", help="print JSON instead of a table")
     return parser
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"cannot be negative, got {value}")
+    return value
+
+
+def _tolerance(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return value
+
+
+# the choices of `modelsvc export`, as modelsvc.tools.export names them (a test checks that they agree);
+# written out here so that building the parser imports neither onnx nor the export code
+TASKS = ("auto", "feature-extraction", "sequence-classification", "token-classification")
+POOLINGS = ("none", "mean", "cls")
+INT_DTYPES = ("int64", "int32")
+KINDS = ("KIND_CPU", "KIND_GPU")
+
+
+def _add_export(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    e = commands.add_parser(
+        "export",
+        help="export a transformers PyTorch model to ONNX, check it, and write its config.pbtxt",
+        description="Export a transformers model to <DIR>/<NAME>/<VERSION>/model.onnx with torch.onnx's dynamo "
+        "exporter (dynamic batch and sequence axes), check ONNX Runtime against PyTorch on random inputs, and "
+        "write <DIR>/<NAME>/config.pbtxt (an existing one is kept unless --overwrite-config). Needs "
+        "modelsvc[export]. Exit status: 0 written, 1 the check or the export failed, 2 usage.",
+    )
+    e.add_argument("model", metavar="MODEL", help="a local model folder, or a hub name already in the cache")
+    e.add_argument("--model-repository", required=True, type=Path, metavar="DIR")
+    e.add_argument("--model-name", required=True, metavar="NAME")
+    e.add_argument("--version", dest="model_version", type=_positive, default=1, metavar="N", help="default 1")
+    e.add_argument("--task", choices=TASKS, default="auto", help="default: from the model's config")
+    e.add_argument(
+        "--pooling",
+        choices=POOLINGS,
+        default="none",
+        help="feature-extraction: add output sentence_embedding, the mean over unmasked tokens or the first token",
+    )
+    e.add_argument("--normalize", action="store_true", help="L2-normalize sentence_embedding")
+    e.add_argument("--opset", type=_positive, default=18, metavar="N", help="ONNX opset (default 18)")
+    e.add_argument(
+        "--int-dtype", choices=INT_DTYPES, default="int64", help="datatype of the integer inputs (default int64)"
+    )
+    e.add_argument(
+        "--optimize", action="store_true", help="run ONNX Runtime's transformer optimizer (attention fusion)"
+    )
+    e.add_argument("--max-batch-size", type=_non_negative, default=8, metavar="N", help="default 8; 0: no batching")
+    e.add_argument("--no-dynamic-batching", dest="dynamic_batching", action="store_false")
+    e.add_argument("--max-queue-delay-microseconds", type=_non_negative, default=0, metavar="N")
+    e.add_argument("--preferred-batch-size", type=_positive, nargs="+", default=[], metavar="N")
+    e.add_argument("--instance-count", type=_positive, default=1, metavar="N")
+    e.add_argument("--kind", choices=KINDS, default="KIND_CPU")
+    e.add_argument(
+        "--tolerance", type=_tolerance, default=1e-4, metavar="X", help="largest max abs difference (default 1e-4)"
+    )
+    e.add_argument("--overwrite-config", action="store_true", help="replace an existing config.pbtxt")
+
+
+def _export(args: argparse.Namespace) -> int:
+    from .tools.export import ExportCheckError, ExportError, ExportOptions, ExportUsageError, export_model
+    from .tools.inspect_model import format_dims
+
+    options = ExportOptions(
+        model=args.model,
+        model_repository=args.model_repository,
+        model_name=args.model_name,
+        version=args.model_version,
+        task=args.task,
+        pooling=args.pooling,
+        normalize=args.normalize,
+        opset=args.opset,
+        int_dtype=args.int_dtype,
+        optimize=args.optimize,
+        max_batch_size=args.max_batch_size,
+        dynamic_batching=args.dynamic_batching,
+        max_queue_delay_microseconds=args.max_queue_delay_microseconds,
+        preferred_batch_size=tuple(args.preferred_batch_size),
+        instance_count=args.instance_count,
+        kind=args.kind,
+        tolerance=args.tolerance,
+        overwrite_config=args.overwrite_config,
+        log=lambda line: print(f"modelsvc export: {line}", file=sys.stderr, flush=True),
+    )
+    try:
+        report = export_model(options)
+    except ExportCheckError as exc:
+        _print_diffs(exc.max_abs_diff, args.tolerance)
+        print(f"modelsvc export: {exc}", file=sys.stderr)
+        return 1
+    except ExportUsageError as exc:
+        print(f"modelsvc export: {exc}", file=sys.stderr)
+        return 2
+    except ExportError as exc:
+        print(f"modelsvc export: {exc}", file=sys.stderr)
+        return 1
+    width = max(len(t.name) for t in (*report.inputs, *report.outputs))
+    for title, tensors in (("inputs", report.inputs), ("outputs", report.outputs)):
+        print(f"{title}:")
+        for t in tensors:
+            print(f"  {t.name:<{width}}  {t.datatype:<10}  {format_dims(t)}")
+    _print_diffs(report.max_abs_diff, args.tolerance)
+    if report.fused_operators:
+        print("fused: " + ", ".join(f"{op} {n}" for op, n in sorted(report.fused_operators.items())))
+    print(f"wrote {report.model_path} (opset {report.opset}, {report.task})")
+    if report.config_written:
+        print(f"wrote {report.config_path}")
+    else:
+        print(f"kept {report.config_path} (--overwrite-config replaces it)")
+    return 0
+
+
+def _print_diffs(diffs: dict[str, float], tolerance: float) -> None:
+    width = max([len("output"), *(len(name) for name in diffs)])
+    print(f"ONNX Runtime vs PyTorch on random inputs (tolerance {tolerance:g}):")
+    print(f"  {'output':<{width}}  max abs diff")
+    for name, diff in diffs.items():
+        verdict = "ok" if diff <= tolerance else "OVER"
+        print(f"  {name:<{width}}  {diff:<12.3g}  {verdict}")
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    import json
+
+    from .tools.inspect_model import InspectError, inspect_model, render_text, to_json
+
+    try:
+        info = inspect_model(args.model_file)
+    except InspectError as exc:
+        print(f"modelsvc inspect: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(to_json(info), indent=2))
+    else:
+        sys.stdout.write(render_text(info))
+    return 0
 
 
 def _stubgen(args: argparse.Namespace) -> int:
@@ -147,6 +314,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "stubgen":
         return _stubgen(args)
+    if args.command == "export":
+        return _export(args)
+    if args.command == "inspect":
+        return _inspect(args)
     logging.basicConfig(
         level=logging.DEBUG if args.log_verbose > 0 else logging.INFO,
         format="%(asctime)s %(levelname).1s %(name)s] %(message)s",
