@@ -6,9 +6,23 @@
 :class:`ModelRepository` lists and loads models; a loaded model is a :class:`ModelSource` (completed
 config, versions to load, artifact paths). Every problem is a :class:`ConfigError` that names the
 file, and the line and column where it can.
+
+A repository in object storage (``s3://``, ``gs://``, ``az://``) is a :class:`RemoteRepository`: its
+:meth:`~RemoteRepository.sync` mirrors it into a local folder, :attr:`~RemoteRepository.path`, that
+:class:`ModelRepository` then reads; its failures are :class:`RemoteRepositoryError` and subclasses.
 """
 
 from ._errors import ConfigError
+from ._remote import (
+    NoModelsError,
+    RemoteAccessError,
+    RemoteNotFoundError,
+    RemoteRepository,
+    RemoteRepositoryError,
+    SyncResult,
+    default_cache_dir,
+    is_remote,
+)
 from ._repository import CONFIG_FILENAME, ModelRepository
 from ._source import ModelSource
 from ._validate import DEFAULT_INSTANCE_COUNT
@@ -19,4 +33,12 @@ __all__ = [
     "ConfigError",
     "ModelRepository",
     "ModelSource",
+    "NoModelsError",
+    "RemoteAccessError",
+    "RemoteNotFoundError",
+    "RemoteRepository",
+    "RemoteRepositoryError",
+    "SyncResult",
+    "default_cache_dir",
+    "is_remote",
 ]
