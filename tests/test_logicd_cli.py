@@ -299,7 +299,9 @@ def test_up_no_example_sends_nothing(tmp_path):
     try:
         up.wait_for(r"^Ctrl-C stops both\.$")
         assert "example.json sent" not in up.output()
-        assert 'logicd_requests{route="/v1/echo"' not in httpx.get(re.search(r"metrics\s+(http://\S+)", up.output())[1]).text
+        metrics = re.search(r"metrics\s+(http://\S+)", up.output())
+        assert metrics, up.output()
+        assert 'logicd_requests{route="/v1/echo"' not in httpx.get(metrics[1]).text
         up.proc.send_signal(signal.SIGTERM)
         assert up.wait() == 0
     finally:

@@ -123,7 +123,7 @@ def test_missing_model_and_file_instead_of_directory(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("config", "fragment", "line"),
     [
-        ('backend: "python"\n', "backend 'python' is not supported", 1),
+        ('backend: "pytorch"\n', "backend 'pytorch' is not supported", 1),
         (
             'max_batch_size: 0\nplatform: "tensorflow_savedmodel"\n',
             "backend 'tensorflow' is not supported",
@@ -148,7 +148,7 @@ def test_no_backend_and_no_model_file(tmp_path: Path) -> None:
 def test_backend_detected_from_python_file_is_named(tmp_path: Path) -> None:
     (tmp_path / "m" / "1").mkdir(parents=True)
     (tmp_path / "m" / "1" / "model.py").write_text("")
-    with pytest.raises(ConfigError, match="backend 'python'"):
+    with pytest.raises(ConfigError, match=r"model\.py' defines no class TritonPythonModel"):
         load(tmp_path, "m")
 
 

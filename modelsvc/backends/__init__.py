@@ -11,12 +11,15 @@ from collections.abc import Callable
 from ._base import (
     Arrays,
     Backend,
+    BatchRequest,
     ConfigMismatchError,
     ModelConfig,
     ModelInstance,
     ModelLoadError,
+    RequestsInstance,
 )
 from ._devices import visible_gpus
+from ._inprocess import bind as bind_inprocess
 
 
 def _onnxruntime() -> Backend:
@@ -25,9 +28,16 @@ def _onnxruntime() -> Backend:
     return OnnxRuntimeBackend()
 
 
+def _python() -> Backend:
+    from ._python import PythonBackend
+
+    return PythonBackend()
+
+
 #: backend name -> factory. Add python, ensemble, tensorrt, ... here as they are written.
 BACKENDS: dict[str, Callable[[], Backend]] = {
     "onnxruntime": _onnxruntime,
+    "python": _python,
 }
 
 #: Triton ``platform`` -> backend name (every platform Triton knows, supported here or not)
@@ -92,11 +102,14 @@ __all__ = [
     "PLATFORM_BACKENDS",
     "Arrays",
     "Backend",
+    "BatchRequest",
     "ConfigMismatchError",
     "ModelConfig",
     "ModelInstance",
     "ModelLoadError",
+    "RequestsInstance",
     "backend_name",
+    "bind_inprocess",
     "get_backend",
     "visible_gpus",
 ]

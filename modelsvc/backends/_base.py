@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TypeAlias
+from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 import numpy as np
 from tritonclient.grpc import model_config_pb2
+
+from modelsvc.protocol import InferRequest
 
 #: the generated protobuf class (tritonclient ships no type stubs, so mypy sees Any)
 ModelConfig: TypeAlias = model_config_pb2.ModelConfig
@@ -48,6 +51,31 @@ class ModelInstance(Protocol):
     def execute(self, inputs: Arrays, output_names: Sequence[str]) -> Arrays: ...
 
     def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class BatchRequest:
+    """One request of a batch, as an instance that takes requests one by one sees it."""
+
+    #: the request's tensors (with its own batch dimension when the model batches)
+    inputs: Arrays
+    #: the outputs this request wants (every model output when the client named none)
+    outputs: tuple[str, ...]
+    #: the request as the data plane received it (id, parameters), None when the scheduler was called directly
+    request: InferRequest | None = None
+
+
+@runtime_checkable
+class RequestsInstance(Protocol):
+    """An instance that wants the requests of a batch as a list rather than concatenated (python models).
+
+    When an instance has ``execute_requests`` the scheduler calls it instead of ``execute``: it forms
+    batches as usual but hands over each request's own tensors, and gets back one entry per request,
+    in order: the request's outputs, or the exception that fails that request alone. An exception
+    raised by ``execute_requests`` itself fails every request of the batch.
+    """
+
+    def execute_requests(self, batch: Sequence[BatchRequest]) -> list[Arrays | BaseException]: ...
 
 
 class Backend(Protocol):

@@ -6,6 +6,10 @@ send and hands batches to free instances in the same loop iteration. Each instan
 its own thread (ONNX Runtime releases the GIL, so instances run in parallel). Timeouts are timers set per
 request, so a request is rejected (or delayed) at its deadline, not when the scheduler next looks. A
 request whose caller went away leaves the queue at once and never runs.
+
+A batch reaches an instance concatenated along the batch dimension (``execute``), or, for an instance
+with ``execute_requests`` (python models, as in Triton), as the list of its requests, each answered or
+failed on its own.
 """
 
 from __future__ import annotations
@@ -24,8 +28,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..backends import ModelConfig, ModelInstance
-from ..protocol import InternalError, ModelsvcError, Unavailable
+from ..backends import BatchRequest, ModelConfig, ModelInstance, RequestsInstance
+from ..protocol import InferRequest, InternalError, ModelsvcError, Unavailable
 from ._planner import BatchPolicy, Plan, plan_batch
 from ._stats import ModelStats
 
@@ -143,9 +147,12 @@ class WorkItem:
     on_start: Callable[[int], None] | None = field(default=None)
     #: the request's trace when it is traced (None: not traced)
     trace: TracedRequest | None = None
+    #: the data plane's request, handed to instances that take requests one by one
+    request: InferRequest | None = None
 
 
-_Result = tuple[list[Arrays], int, int, int]
+#: each request's outputs (or, from ``execute_requests``, the exception failing it alone) and the three durations
+_Result = tuple[Sequence[Arrays | BaseException], int, int, int]
 _FOREVER_NS = 10**18
 
 
@@ -176,8 +183,19 @@ def _execute_batch(instance: ModelInstance, batch: Sequence[Arrays], output_name
     return parts, t1 - t0, t2 - t1, t3 - t2
 
 
+def _execute_requests(instance: RequestsInstance, batch: Sequence[BatchRequest]) -> _Result:
+    """Runs on a worker thread: the instance answers each request of the batch on its own."""
+    t0 = perf_counter_ns()
+    parts = instance.execute_requests(batch)
+    t1 = perf_counter_ns()
+    if len(parts) != len(batch):
+        raise InternalError(f"the instance answered {len(parts)} of {len(batch)} requests")
+    return parts, 0, t1 - t0, 0
+
+
 _Done = Callable[[_Result | None, BaseException | None], None]
-_Job = tuple[Sequence[Arrays], Sequence[str], _Done]
+#: (batch, output names, done); output names None: a per-request batch of BatchRequest
+_Job = tuple[Sequence[Any], Sequence[str] | None, _Done]
 
 
 class _InstanceThread:
@@ -190,12 +208,16 @@ class _InstanceThread:
     def __init__(self, instance: ModelInstance, loop: asyncio.AbstractEventLoop, name: str) -> None:
         self.instance = instance
         self.loop = loop
+        #: the instance when it takes a batch's requests one by one, else None
+        self.per_request = instance if isinstance(instance, RequestsInstance) else None
         self.jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
         self.thread.start()
 
-    def submit(self, batch: Sequence[Arrays], outputs: Sequence[str], done: _Done) -> None:
-        """Run the batch on this instance's thread; ``done(result, error)`` is called on the loop."""
+    def submit(self, batch: Sequence[Any], outputs: Sequence[str] | None, done: _Done) -> None:
+        """Run the batch on this instance's thread; ``done(result, error)`` is called on the loop.
+
+        ``outputs`` None: ``batch`` holds BatchRequest objects for ``execute_requests``."""
         self.jobs.put((batch, outputs, done))
 
     def stop(self) -> None:
@@ -209,7 +231,11 @@ class _InstanceThread:
                 return
             batch, outputs, done = job
             try:
-                result = _execute_batch(self.instance, batch, outputs)
+                if outputs is None:
+                    assert self.per_request is not None
+                    result = _execute_requests(self.per_request, batch)
+                else:
+                    result = _execute_batch(self.instance, batch, outputs)
             except BaseException as exc:
                 self.loop.call_soon_threadsafe(done, None, exc)
             else:
@@ -281,12 +307,14 @@ class Scheduler:
         timeout_us: int | None = None,
         on_start: Callable[[int], None] | None = None,
         trace: TracedRequest | None = None,
+        request: InferRequest | None = None,
     ) -> Arrays:
         """Queue a request and wait for its outputs (all the model's outputs in ``outputs``).
 
-        ``trace``: the request's trace, told when its batch starts and ends.
+        ``trace``: the request's trace, told when its batch starts and ends. ``request``: the data plane's
+        request, which instances that take requests one by one see (its id and parameters).
         """
-        item = self._enqueue(inputs, outputs, priority, timeout_us, on_start, trace)
+        item = self._enqueue(inputs, outputs, priority, timeout_us, on_start, trace, request)
         self._pump()
         try:
             return await item.future
@@ -330,6 +358,7 @@ class Scheduler:
         timeout_us: int | None,
         on_start: Callable[[int], None] | None,
         trace: TracedRequest | None = None,
+        request: InferRequest | None = None,
     ) -> WorkItem:
         if self._closing:
             raise Unavailable(f"model '{self._label}' is shutting down")
@@ -365,6 +394,7 @@ class Scheduler:
             queue=queue,
             on_start=on_start,
             trace=trace,
+            request=request,
         )
         timeout_ns = policy.default_timeout_ns if timeout_us is None else policy.timeout_ns(timeout_us)
         if timeout_ns:
@@ -481,7 +511,6 @@ class Scheduler:
                 else:
                     traced.append(item.trace)
         batch_trace = None if traced is None else self._trace_started(traced, rows)
-        names = tuple(dict.fromkeys(itertools.chain.from_iterable(i.outputs for i in items)))
         self._in_flight += 1
 
         def done(result: _Result | None, exc: BaseException | None) -> None:
@@ -489,7 +518,11 @@ class Scheduler:
             if batch_trace is not None:
                 self._trace_finished(batch_trace, result, exc)
 
-        worker.submit([i.inputs for i in items], names, done)
+        if worker.per_request is not None:
+            worker.submit([BatchRequest(i.inputs, i.outputs, i.request) for i in items], None, done)
+        else:
+            names = tuple(dict.fromkeys(itertools.chain.from_iterable(i.outputs for i in items)))
+            worker.submit([i.inputs for i in items], names, done)
 
     def _trace_started(self, traced: list[TracedRequest], rows: int) -> TracedBatch | None:
         try:
@@ -539,7 +572,10 @@ class Scheduler:
             def resolve() -> None:
                 for item, outputs in zip(items, parts, strict=True):
                     if not item.future.done():
-                        item.future.set_result(outputs)
+                        if isinstance(outputs, BaseException):  # one request of a per-request batch failed
+                            item.future.set_exception(self._request_error(outputs))
+                        else:
+                            item.future.set_result(outputs)
 
         if self.config.preserve_ordering and len(self._instances) > 1:
             self._ready_results[seq] = resolve
@@ -549,3 +585,11 @@ class Scheduler:
         else:
             resolve()
         self._pump()
+
+    def _request_error(self, exc: BaseException) -> ModelsvcError:
+        """The error one request of a per-request batch fails with: the instance's own (its message was
+        made for the client), or, for anything else, a fixed message with the detail in the log."""
+        if isinstance(exc, ModelsvcError):
+            return exc
+        logger.error("model %s failed to execute a request", self._label, exc_info=exc)
+        return InternalError(f"model '{self._label}' failed to execute the request")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
 import time
 from typing import TYPE_CHECKING, Any
@@ -9,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import __version__
+from ..backends import bind_inprocess
 from ..protocol import (
     InferRequest,
     InferResponse,
@@ -44,6 +47,10 @@ class DataPlane:
         self.tracing: ServerTracing | None = None
         """Set when tracing is on (``--trace-config mode=opentelemetry``); the transports start each
         request's trace with it."""
+        # python models call other models (BLS) through this data plane, on its loop; created outside a
+        # loop, it is not bound and BLS requests answer with an error
+        with contextlib.suppress(RuntimeError):
+            bind_inprocess(self, asyncio.get_running_loop())
 
     # -- health and metadata ----------------------------------------------------------------------
     def live(self) -> bool:
@@ -127,7 +134,9 @@ class DataPlane:
                 priority, timeout_us = 0, None
             if trace is not None:
                 trace.enqueued(mv.version_label)
-            outputs = await mv.scheduler.infer(inputs, wanted, priority=priority, timeout_us=timeout_us, trace=trace)
+            outputs = await mv.scheduler.infer(
+                inputs, wanted, priority=priority, timeout_us=timeout_us, trace=trace, request=request
+            )
             response = InferResponse(
                 model_name=name,
                 model_version=mv.version_label,
@@ -139,6 +148,16 @@ class DataPlane:
             raise
         mv.stats.success.add(time.perf_counter_ns() - start)
         return response
+
+    # -- model control --------------------------------------------------------------------------
+    async def load_model(self, name: str, config: str | None = None, files: dict[str, bytes] | None = None) -> None:
+        """Load (or reload) ``name``, optionally from a config JSON and files. The server runs in model control
+        mode NONE, so this is refused as Triton refuses it outside EXPLICIT mode: UNAVAILABLE, Triton's words."""
+        raise Unavailable("explicit model load / unload is not allowed if polling is enabled")
+
+    async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
+        """Unload ``name``; refused in model control mode NONE, as ``load_model`` is."""
+        raise Unavailable("explicit model load / unload is not allowed if polling is enabled")
 
 
 def _tensor_meta(spec: TensorSpec, batch: tuple[int, ...]) -> dict[str, Any]:
