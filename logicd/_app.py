@@ -17,7 +17,7 @@ import contextlib
 import hmac
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from http import HTTPStatus
 from typing import Annotated, Any
 
@@ -219,12 +219,37 @@ class Context:
             raise RuntimeError("no tokenizer: set tokenizer.path in service.yaml")
         return self._runtime.chunker
 
-    async def chunk(self, texts: Sequence[str]) -> Chunks:
-        """Tokenize and cut into windows off the event loop (a long document never stalls other requests)."""
+    async def chunk(self, texts: Sequence[str], field: str = "texts") -> Chunks:
+        """Tokenize and cut into windows off the event loop (a long document never stalls other requests).
+
+        Refuses with 422 naming ``field[i]`` a text with no token the model reads (only whitespace, control or
+        format characters), and a request cut into more than ``limits.max_chunks`` windows."""
         pool = self._runtime.pool
         if pool is None:
             raise RuntimeError("no tokenizer: set tokenizer.path in service.yaml")
-        return await pool.chunk(self.chunker, list(texts))
+        chunks = await pool.chunk(self.chunker, list(texts))
+        empty = np.flatnonzero(chunks.doc_token_counts == 0)
+        if empty.size:
+            raise ServiceError(
+                422, "text has no token the model reads (only whitespace, control or format characters)",
+                field=f"{field}[{int(empty[0])}]",
+            )
+        limit = self.config.limits.max_chunks
+        if len(chunks) > limit:
+            sizes = [len(span) for span in chunks.spans]
+            biggest = int(np.argmax(sizes))
+            window = f"windows of at most {self.chunker.max_tokens} tokens"
+            if sizes[biggest] > limit:
+                raise ServiceError(
+                    422,
+                    f"text of {int(chunks.doc_token_counts[biggest])} tokens is cut into {sizes[biggest]} {window}; "
+                    f"at most {limit} windows in one request",
+                    field=f"{field}[{biggest}]",
+                )
+            raise ServiceError(
+                422, f"the texts are cut into {len(chunks)} {window}; at most {limit} in one request", field=field
+            )
+        return chunks
 
     def check_texts(self, texts: Sequence[str], field: str = "texts") -> None:
         """Refuse what the limits in service.yaml forbid, naming the field: empty text, too long, too many."""
@@ -250,14 +275,16 @@ class Context:
         if len(chunks) == 0:
             return np.zeros((0,), np.float32)  # nothing to run: no call to the model
         limit = max_batch_size if max_batch_size is not None else (handle.metadata.max_batch_size or 0)
-        names = set(handle.inputs)
+        names = handle.inputs
         groups = batches(chunks, limit)
 
         async def run(batch: Any) -> np.ndarray[Any, Any]:
             inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}
             if "token_type_ids" in names:
                 inputs["token_type_ids"] = batch.token_type_ids
-            result = await handle.infer({k: v for k, v in inputs.items() if k in names}, outputs=[output])
+            # int64 ids unless the model takes int32 (an export for TensorRT, say)
+            inputs = {k: v.astype(np.int32) if names[k] == "INT32" else v for k, v in inputs.items() if k in names}
+            result = await handle.infer(inputs, outputs=[output])
             return np.asarray(result[output])
 
         outputs = await asyncio.gather(*(run(b) for b in groups))
@@ -307,6 +334,10 @@ def _client_error_status(exc: ClientError) -> tuple[int, str, dict[str, str] | N
 
 
 def _on_error(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    if isinstance(exc, UnicodeDecodeError | RecursionError) and _HANDLER_STARTED not in request.scope:
+        # raised while Litestar decoded the body, before the handler ran: the caller's mistake
+        why = "is not UTF-8" if isinstance(exc, UnicodeDecodeError) else "nests too deeply"
+        return _problem(400, f"the request body {why}", request)
     if isinstance(exc, ServiceError):
         return _problem(exc.status, exc.detail, request, title=exc.title, field=exc.field)
     if isinstance(exc, ValidationException):
@@ -346,8 +377,41 @@ def _auth_guard(config: ServiceConfig) -> Any:
     return guard
 
 
+_HANDLER_STARTED = "logicd.handler_started"
+#: the status logged for a request whose caller left before the answer (nginx's convention)
+CLIENT_CLOSED = 499
+
+
+async def _caller_left(request: Request[Any, Any, Any]) -> None:
+    """Return once the caller disconnects (the body is already read, so receive() waits for that)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def _unless_caller_leaves(work: Awaitable[Any], request: Request[Any, Any, Any]) -> tuple[bool, Any]:
+    """Run ``work``; cancel it (its model calls with it) if the caller disconnects first. (done, result)."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_caller_left(request))
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    finally:
+        watcher.cancel()
+    if task.done():
+        return True, task.result()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task
+    return False, None
+
+
 def _route(route: Route, runtime: _Runtime, guard: Any) -> Any:
     async def endpoint(data: Any, request: Request[Any, Any, Any]) -> Any:
+        request.scope[_HANDLER_STARTED] = True  # type: ignore[literal-required]
         start = time.perf_counter()
         status = 500
         context = propagate.extract(dict(request.headers))
@@ -357,7 +421,10 @@ def _route(route: Route, runtime: _Runtime, guard: Any) -> Any:
             try:
                 if not runtime.connected:  # the model service was away: try again now, 503 if still away
                     await runtime.connect()
-                result = await route.handler(data, Context(runtime, route.path))
+                done, result = await _unless_caller_leaves(route.handler(data, Context(runtime, route.path)), request)
+                if not done:  # nobody is waiting: the handler and its model calls were cancelled
+                    status = CLIENT_CLOSED
+                    return Response(b"", status_code=CLIENT_CLOSED)
                 status = 200
                 return result
             except ClientError as exc:

@@ -80,6 +80,7 @@ limits:
   max_body_bytes: 1048576              # 1 MiB
   max_text_chars: 100000               # per document
   max_documents: 64                    # per request
+  max_chunks: 256                      # windows one request may be cut into, across its documents
 auth:
   mode: api_key                        # none | api_key | bearer; health and metrics stay open
   api_keys_env: [SENTIMENT_API_KEYS]   # variables holding keys (comma-separated in one variable is fine)
@@ -256,6 +257,10 @@ class LimitsConfig(_Section, frozen=True, kw_only=True):
     """Longest document in characters."""
     max_documents: Annotated[int, msgspec.Meta(ge=1)] = 64
     """Most documents in one request."""
+    max_chunks: Annotated[int, msgspec.Meta(ge=1)] = 256
+    """Most windows one request may be cut into (``Context.chunk`` refuses more with 422 before any model
+    call): bounds the model time a request can take, so that a request within the limits fits in the model
+    call timeout. Characters alone cannot: one character can be one token (CJK) or a quarter of one."""
 
 
 AuthMode = Literal["none", "api_key", "bearer"]

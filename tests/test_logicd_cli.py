@@ -226,6 +226,7 @@ def test_up_end_to_end_and_a_signal_stops_both(tmp_path, stop_signal):
         # the example was sent once both were ready, and its answer shown
         shown = up.wait_for(r"^logicd up: example\.json sent to POST /v1/echo: 200 in \d+ ms$")
         assert json.loads(up.output()[shown.end() :].split("Ctrl-C stops both.")[0]) == {"values": VALUES}
+        assert 'logicd_requests_total{route="/v1/echo",status="200"} 2.0' in httpx.get(f"{logic[1]}/metrics").text
 
         t0 = time.monotonic()
         up.proc.send_signal(stop_signal)
@@ -301,7 +302,7 @@ def test_up_no_example_sends_nothing(tmp_path):
         assert "example.json sent" not in up.output()
         metrics = re.search(r"metrics\s+(http://\S+)", up.output())
         assert metrics, up.output()
-        assert 'logicd_requests{route="/v1/echo"' not in httpx.get(metrics[1]).text
+        assert 'logicd_requests_total{route="/v1/echo"' not in httpx.get(metrics[1]).text
         up.proc.send_signal(signal.SIGTERM)
         assert up.wait() == 0
     finally:

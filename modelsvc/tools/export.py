@@ -796,7 +796,8 @@ def export_model(options: ExportOptions) -> ExportReport:
 
     model_dir = options.model_repository / options.model_name
     version_dir = model_dir / str(options.version)
-    new_folder = not model_dir.exists()
+    # the folders this export creates (the repository too when it is new), deepest first
+    created = [p for p in (model_dir, *model_dir.parents) if not p.exists()]
     try:
         model_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -804,9 +805,9 @@ def export_model(options: ExportOptions) -> ExportReport:
     try:
         done = _export_into(options, mods, model, config, plan, model_dir, timings)
     except BaseException:
-        if new_folder:  # leave no half-made model folder behind
+        for folder in created:  # leave no half-made model folder (nor a new empty repository) behind
             with contextlib.suppress(OSError):
-                model_dir.rmdir()
+                folder.rmdir()
         raise
     model_path = version_dir / _MODEL_FILE
 

@@ -24,6 +24,7 @@ from typing import Any
 
 import onnx
 from google.protobuf.message import DecodeError
+from google.protobuf import json_format, text_format
 from onnx import TensorProto
 
 __all__ = [
@@ -138,7 +139,8 @@ def inspect_model(path: Path | str) -> ModelInfo:
 def _inspect_onnx(path: Path) -> ModelInfo:
     try:
         model = onnx.load(str(path), load_external_data=False)
-    except (DecodeError, RuntimeWarning, ValueError) as exc:
+    # onnx.load parses .pbtxt/.json files as protobuf text or JSON: their parse errors mean the same
+    except (DecodeError, text_format.Error, json_format.Error, RuntimeWarning, ValueError) as exc:
         raise InspectError(f"{path} is not an ONNX model: {exc}") from None
     except OSError as exc:
         raise InspectError(f"cannot read {path}: {exc}") from None

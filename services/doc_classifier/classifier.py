@@ -61,10 +61,10 @@ class ClassifyResponse(Struct):
     """Milliseconds spent in each stage of this request: tokenize, model, aggregate."""
 
 
-async def embed_documents(ctx: Context, texts: list[str]) -> tuple[NDArray[np.float32], Any]:
-    """Unit vectors, one per text, and the chunks they were computed from."""
+async def embed_documents(ctx: Context, texts: list[str], field: str) -> tuple[NDArray[np.float32], Any]:
+    """Unit vectors, one per text, and the chunks they were computed from (``field`` names the texts in errors)."""
     async with ctx.stage("tokenize"):
-        chunks = await ctx.chunk(texts)
+        chunks = await ctx.chunk(texts, field=field)
     async with ctx.stage("model"):
         vectors = await ctx.infer_chunks(MODEL, chunks, OUTPUT)
     async with ctx.stage("aggregate"):
@@ -97,7 +97,7 @@ async def embed_labels(ctx: Context) -> None:
     temperature = float(ctx.config.extra.get("temperature", 0.05))
     if not temperature > 0:
         raise ValueError(f"service.yaml: extra.temperature must be > 0, got {temperature}")
-    vectors, _ = await embed_documents(ctx, list(ctx.config.labels.values()))
+    vectors, _ = await embed_documents(ctx, list(ctx.config.labels.values()), "labels")
     ctx.state["labels"] = list(ctx.config.labels)
     ctx.state["label_vectors"] = vectors
     ctx.state["temperature"] = temperature
@@ -111,7 +111,7 @@ async def classify(request: ClassifyRequest, ctx: Context) -> ClassifyResponse:
     names: list[str] = ctx.state["labels"]
     if request.top_k is not None and request.top_k > len(names):
         raise ServiceError(422, f"top_k is {request.top_k}, there are {len(names)} labels", field="top_k")
-    documents, chunks = await embed_documents(ctx, texts)
+    documents, chunks = await embed_documents(ctx, texts, "documents")
     similarity, probability = score(documents, ctx.state["label_vectors"], ctx.state["temperature"])
     k = request.top_k or len(names)
     results = []

@@ -1,11 +1,14 @@
 """OpenAI-compatible text embeddings from all-MiniLM-L6-v2.
 
 ``POST /v1/embeddings`` takes OpenAI's request (``input``: a string or a list of strings, ``model``,
-``encoding_format`` float or base64, ``dimensions``) and answers in OpenAI's shape, so OpenAI SDKs and
-LangChain-style clients work against it by changing the base URL. Each text is cut into windows of at most
-256 tokens (the model's max_seq_length in sentence-transformers), each window is mean-pooled by the model, the
-windows of a text are averaged weighted by their token counts and the result is L2-normalized. For a text of up
-to 256 tokens (one window) that is exactly sentence-transformers' ``encode(normalize_embeddings=True)``.
+``encoding_format`` float or base64, ``dimensions``) and answers in OpenAI's shape, so the OpenAI SDKs work
+against it by changing the base URL. (LangChain's OpenAIEmbeddings needs ``check_embedding_ctx_length=False``,
+or it sends tiktoken ids instead of text, and ``chunk_size`` at most ``limits.max_documents``.)
+
+Each text is cut into windows of at most 256 tokens (the model's max_seq_length in sentence-transformers), each
+window is mean-pooled by the model, the windows of a text are averaged weighted by their token counts and the
+result is L2-normalized. For a text of up to 256 tokens (one window) that is exactly sentence-transformers'
+``encode(normalize_embeddings=True)``.
 """
 
 from __future__ import annotations
@@ -82,7 +85,7 @@ async def embeddings(request: EmbeddingsRequest, ctx: Context) -> EmbeddingsResp
     texts = [request.input] if isinstance(request.input, str) else request.input
     ctx.check_texts(texts, field="input")
     async with ctx.stage("tokenize"):
-        chunks = await ctx.chunk(texts)
+        chunks = await ctx.chunk(texts, field="input")
     async with ctx.stage("model"):
         vectors = await ctx.infer_chunks(MODEL, chunks, OUTPUT)
     pooled = mean_pool(vectors, chunks.doc_index, chunks.token_counts, num_docs=chunks.num_docs)
