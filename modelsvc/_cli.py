@@ -35,6 +35,17 @@ def port_number(text: str) -> int:
     return port
 
 
+def _message_size(text: str) -> int:
+    """argparse type for a gRPC message size: 1 byte up to grpcio's limit of 2 GiB - 1."""
+    try:
+        size = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a size in bytes is a number, got {text!r}") from None
+    if not 1 <= size <= 2**31 - 1:
+        raise argparse.ArgumentTypeError(f"{size} is outside 1..{2**31 - 1} bytes")
+    return size
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="modelsvc", description=__doc__)
     parser.add_argument("--version", action="version", version=f"modelsvc {__version__}")
@@ -44,7 +55,51 @@ def _parser() -> argparse.ArgumentParser:
         help="serve a Triton model repository over the v2 protocol",
         description="Serve a Triton model repository. Flags are tritonserver's; BOOL takes true or false.",
     )
-    s.add_argument("--model-repository", "--model-store", required=True, type=Path, metavar="DIR")
+    s.add_argument(
+        "--model-repository",
+        "--model-store",
+        required=True,
+        metavar="DIR|URL",
+        help="a model repository folder, or one in object storage: s3://bucket/prefix, gs://..., az://...",
+    )
+    s.add_argument(
+        "--model-control-mode",
+        type=str.lower,
+        choices=("none", "poll", "explicit"),
+        default="none",
+        help="none (default): load every model at start; poll: also follow the repository's changes; "
+        "explicit: load --load-model models at start, then load and unload on request",
+    )
+    s.add_argument(
+        "--repository-poll-secs",
+        type=_non_negative,
+        default=15,
+        metavar="SECS",
+        help="seconds between polls in poll mode (default 15; 0: no polling)",
+    )
+    s.add_argument(
+        "--load-model",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="in explicit mode, a model to load at start (repeatable); '*' alone loads every model",
+    )
+    s.add_argument(
+        "--http-restricted-api",
+        action="append",
+        default=[],
+        metavar="API[,API...]:KEY=VALUE",
+        help="HTTP requests to these APIs need header KEY: VALUE, else 403 (repeatable). APIs: health, metadata, "
+        "inference, shared-memory, model-config, model-repository, statistics, trace, logging",
+    )
+    s.add_argument(
+        "--grpc-restricted-protocol",
+        action="append",
+        default=[],
+        metavar="PROTOCOL[,PROTOCOL...]:KEY=VALUE",
+        help="gRPC calls to these protocols need metadata triton-grpc-protocol-KEY: VALUE, else UNAVAILABLE "
+        "(repeatable); the same names as --http-restricted-api",
+    )
     s.add_argument("--http-address", default="0.0.0.0", metavar="ADDR")
     s.add_argument("--http-port", type=port_number, default=8000)
     s.add_argument("--grpc-address", default="0.0.0.0", metavar="ADDR")
@@ -84,6 +139,14 @@ def _parser() -> argparse.ArgumentParser:
         help="largest request body taken; larger ones get 413",
     )
     s.add_argument(
+        "--grpc-max-message-size",
+        type=_message_size,
+        default=64 * 1024 * 1024,
+        metavar="BYTES",
+        help="largest gRPC message taken or sent (default 64 MiB); larger ones get RESOURCE_EXHAUSTED. "
+        "modelsvc's own flag: tritonserver has none",
+    )
+    s.add_argument(
         "--exit-timeout-secs",
         type=int,
         default=30,
@@ -91,6 +154,14 @@ def _parser() -> argparse.ArgumentParser:
         help="how long shutdown waits for in-flight requests",
     )
     s.add_argument("--log-verbose", type=int, default=0, metavar="N")
+    s.add_argument(
+        "--cache-config",
+        action="append",
+        default=[],
+        metavar="<CACHE>,<KEY>=<VALUE>",
+        help="the response cache, as tritonserver's flag: local,size=BYTES (one LRU cache shared by every model "
+        "whose config has response_cache { enable: true }). Off by default.",
+    )
     s.add_argument(
         "--trace-config",
         action="append",
@@ -322,19 +393,36 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.log_verbose > 0 else logging.INFO,
         format="%(asctime)s %(levelname).1s %(name)s] %(message)s",
     )
+    from .repository import is_remote
     from .server import ServeOptions, serve
+    from .server._cache import CacheConfigError, parse_cache_config
+    from .server._models import ModelControlMode
+    from .server._restricted import RestrictedApis, RestrictionError
     from .server._tracing import TraceConfigError, parse_trace_config
 
     try:
         trace = parse_trace_config(args.trace_config)
-    except TraceConfigError as exc:
+        cache = parse_cache_config(args.cache_config)
+        http_restricted = RestrictedApis.parse_http(args.http_restricted_api)
+        grpc_restricted = RestrictedApis.parse_grpc(args.grpc_restricted_protocol)
+    except (TraceConfigError, CacheConfigError, RestrictionError) as exc:
         print(f"modelsvc: {exc}", file=sys.stderr)
         return 2
-    if not args.model_repository.is_dir():
-        print(f"modelsvc: --model-repository {args.model_repository} is not a directory", file=sys.stderr)
+    repository: Path | str = args.model_repository
+    if not is_remote(args.model_repository):
+        repository = Path(args.model_repository)
+        if not repository.is_dir():
+            print(f"modelsvc: --model-repository {repository} is not a directory", file=sys.stderr)
+            return 2
+    mode = ModelControlMode(args.model_control_mode)
+    load_models = tuple(args.load_model)
+    if "*" in load_models and len(load_models) > 1:
+        print("modelsvc: --load-model=* must be the only --load-model", file=sys.stderr)
         return 2
+    if load_models and mode is not ModelControlMode.EXPLICIT:
+        logging.getLogger("modelsvc").warning("--load-model only applies in --model-control-mode explicit")
     options = ServeOptions(
-        model_repository=args.model_repository,
+        model_repository=repository,
         http_address=args.http_address,
         http_port=args.http_port,
         grpc_address=args.grpc_address,
@@ -348,9 +436,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         disable_auto_complete_config=args.disable_auto_complete_config,
         exit_on_error=args.exit_on_error,
         http_max_input_size=args.http_max_input_size,
+        grpc_max_message_size=args.grpc_max_message_size,
         exit_timeout_secs=args.exit_timeout_secs,
         log_verbose=args.log_verbose,
         trace=trace,
+        cache=cache,
+        model_control_mode=mode,
+        repository_poll_secs=args.repository_poll_secs,
+        load_models=load_models,
+        http_restricted=http_restricted,
+        grpc_restricted=grpc_restricted,
     )
     return _run(serve(options))
 

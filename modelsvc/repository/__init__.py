@@ -5,13 +5,15 @@
 
 :class:`ModelRepository` lists and loads models; a loaded model is a :class:`ModelSource` (completed
 config, versions to load, artifact paths). Every problem is a :class:`ConfigError` that names the
-file, and the line and column where it can.
+file, and the line and column where it can. An ensemble's steps are read and checked as a graph by
+:func:`plan_ensemble` (an :class:`EnsemblePlan`).
 
 A repository in object storage (``s3://``, ``gs://``, ``az://``) is a :class:`RemoteRepository`: its
 :meth:`~RemoteRepository.sync` mirrors it into a local folder, :attr:`~RemoteRepository.path`, that
 :class:`ModelRepository` then reads; its failures are :class:`RemoteRepositoryError` and subclasses.
 """
 
+from ._ensemble import EnsembleConfigError, EnsemblePlan, EnsembleStep, is_ensemble, plan_ensemble
 from ._errors import ConfigError
 from ._remote import (
     NoModelsError,
@@ -31,6 +33,9 @@ __all__ = [
     "CONFIG_FILENAME",
     "DEFAULT_INSTANCE_COUNT",
     "ConfigError",
+    "EnsembleConfigError",
+    "EnsemblePlan",
+    "EnsembleStep",
     "ModelRepository",
     "ModelSource",
     "NoModelsError",
@@ -40,5 +45,7 @@ __all__ = [
     "RemoteRepositoryError",
     "SyncResult",
     "default_cache_dir",
+    "is_ensemble",
     "is_remote",
+    "plan_ensemble",
 ]

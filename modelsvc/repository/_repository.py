@@ -20,6 +20,7 @@ from modelsvc.backends import (
     visible_gpus,
 )
 
+from ._ensemble import ENSEMBLE_PLATFORM, check_ensemble, is_ensemble
 from ._errors import ConfigError
 from ._locate import Locator
 from ._source import ModelSource
@@ -108,18 +109,28 @@ class ModelRepository:
         except OSError as exc:
             raise ConfigError(model_dir, f"cannot list the model directory: {exc}") from exc
         if not available:
-            raise ConfigError(model_dir, "the model has no version directories (numeric, like 1/)")
+            hint = " (an ensemble needs one too, empty)" if is_ensemble(config) else ""
+            raise ConfigError(model_dir, f"the model has no version directories (numeric, like 1/){hint}")
         if not config.HasField("version_policy"):
             config.version_policy.latest.num_versions = 1
         versions = select_versions(config, available, loc)
 
         self._set_backend(config, model_dir, available, loc)
         source = ModelSource(name=name, path=model_dir, config=config, versions=versions)
+        ensemble = is_ensemble(config)
         if self.autocomplete:
             validate(config, loc, require_io=False, complete=False)
-            self._autocomplete(source, loc)
+            if not ensemble:  # an ensemble has no model file to complete from
+                self._autocomplete(source, loc)
         fill_defaults(config, loc, self.gpus)
         validate(config, loc, require_io=not self.autocomplete)
+        if ensemble:
+            check_ensemble(config, loc)
+        elif config.HasField("ensemble_scheduling"):
+            raise loc.error(
+                'ensemble_scheduling is only for ensembles (platform: "ensemble")',
+                loc.field("ensemble_scheduling", top=True),
+            )
         return source
 
     # --- steps ---
@@ -164,6 +175,9 @@ class ModelRepository:
                     f"the configuration sets no platform or backend, and no version directory holds a "
                     f"model file that implies one ({known})"
                 )
+        if found == ENSEMBLE_PLATFORM:  # no backend: its steps run on the composing models' (Triton shows "")
+            config.platform = ENSEMBLE_PLATFORM
+            return
         if not config.backend:
             config.backend = found
         if not config.platform and found in BACKEND_PLATFORMS:

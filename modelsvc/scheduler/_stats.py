@@ -45,6 +45,10 @@ class ModelStats:
     compute_infer: Duration = field(default_factory=Duration)
     compute_output: Duration = field(default_factory=Duration)
     batches: dict[int, BatchStat] = field(default_factory=dict)
+    cache_hit: Duration = field(default_factory=Duration)
+    """Requests answered from the response cache, and the time spent finding and copying their answers."""
+    cache_miss: Duration = field(default_factory=Duration)
+    """Requests looked up in vain, and the time spent looking and then storing the computed answer."""
 
     def record_execution(self, batch_size: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
         """One batch ran: ``batch_size`` inferences in one execution."""
@@ -66,8 +70,20 @@ class ModelStats:
         self.compute_infer.add(infer_ns * count, count)
         self.compute_output.add(output_ns * count, count)
 
+    def record_cached_success(self, request_ns: int) -> None:
+        """A request answered from the response cache (``cache_hit`` counts it too): a success that waited in
+        no queue and ran nothing."""
+        self.success.add(request_ns)
+        self.queue.add(0)
+        self.last_inference_ms = time.time_ns() // 1_000_000
+
+    def count_inference(self, batch_size: int) -> None:
+        """A request that ran through something other than this version's own batches (an ensemble's steps)."""
+        self.execution_count += 1
+        self.inference_count += batch_size
+        self.last_inference_ms = time.time_ns() // 1_000_000
+
     def as_json(self) -> dict[str, Any]:
-        zero = {"count": 0, "ns": 0}
         return {
             "name": self.name,
             "version": self.version,
@@ -81,8 +97,8 @@ class ModelStats:
                 "compute_input": self.compute_input.as_json(),
                 "compute_infer": self.compute_infer.as_json(),
                 "compute_output": self.compute_output.as_json(),
-                "cache_hit": zero,
-                "cache_miss": zero,
+                "cache_hit": self.cache_hit.as_json(),
+                "cache_miss": self.cache_miss.as_json(),
             },
             "batch_stats": [
                 {

@@ -4,18 +4,22 @@ from ._dataplane import DataPlane
 from ._http import InferEndpoint, Reply, create_http_app, infer_target
 from ._httpserver import HttpServer
 from ._metrics import Metrics
-from ._models import ModelEntry, ModelManager, ModelVersion, TensorSpec
+from ._models import ModelControlMode, ModelEntry, ModelManager, ModelVersion, TensorSpec
+from ._restricted import ApiCategory, RestrictedApis
 from ._serve import ServeOptions, create_metrics_app, serve
 
 __all__ = [
+    "ApiCategory",
     "DataPlane",
     "HttpServer",
     "InferEndpoint",
     "Metrics",
+    "ModelControlMode",
     "ModelEntry",
     "ModelManager",
     "ModelVersion",
     "Reply",
+    "RestrictedApis",
     "ServeOptions",
     "TensorSpec",
     "create_http_app",

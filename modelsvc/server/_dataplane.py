@@ -22,9 +22,10 @@ from ..protocol import (
     Unavailable,
 )
 from ..protocol._pbjson import message_to_json
-from ._models import ModelManager, ModelVersion, TensorSpec
+from ._models import ModelControlMode, ModelManager, ModelVersion, TensorSpec
 
 if TYPE_CHECKING:
+    from ._cache import ResponseCache
     from ._tracing import RequestTrace, ServerTracing
 
 EXTENSIONS = [
@@ -33,6 +34,7 @@ EXTENSIONS = [
     "statistics",
     "model_configuration",
     "model_repository",
+    "model_repository(unload_dependents)",
     "schedule_policy",
 ]
 
@@ -47,6 +49,9 @@ class DataPlane:
         self.tracing: ServerTracing | None = None
         """Set when tracing is on (``--trace-config mode=opentelemetry``); the transports start each
         request's trace with it."""
+        self.cache: ResponseCache | None = models.cache
+        """The response cache (``--cache-config``); None: no model is cached."""
+        models.infer_target = self  # ensembles send their steps through this data plane
         # python models call other models (BLS) through this data plane, on its loop; created outside a
         # loop, it is not bound and BLS requests answer with an error
         with contextlib.suppress(RuntimeError):
@@ -99,20 +104,8 @@ class DataPlane:
         return {"model_stats": [mv.stats.as_json() for mv in chosen]}
 
     def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
-        for name in sorted(self.models.models):
-            entry = self.models.models[name]
-            rows: list[dict[str, Any]] = [
-                {"name": name, "version": str(v), "state": "READY"} for v in sorted(entry.versions)
-            ]
-            rows += [
-                {"name": name, "version": str(v), "state": "UNAVAILABLE", "reason": reason}
-                for v, reason in sorted(entry.failed.items())
-            ]
-            if not entry.versions and not entry.failed:
-                rows.append({"name": name, "state": entry.state, "reason": entry.reason})
-            out += [r for r in rows if not ready_only or r["state"] == "READY"]
-        return out
+        """Every model folder of the repository, loaded or not, with each version's state and reason."""
+        return self.models.index(ready_only)
 
     # -- inference ------------------------------------------------------------------------------
     async def infer(
@@ -126,6 +119,12 @@ class DataPlane:
         try:
             inputs = _check_inputs(mv, request)
             wanted = _requested_outputs(mv, request)
+            cache = self.cache
+            if cache is not None and mv.config.response_cache.enable:
+                key, hit = cache.lookup(name, mv.version_label, request, wanted, mv.stats)
+                if hit is not None:
+                    mv.stats.record_cached_success(time.perf_counter_ns() - start)
+                    return InferResponse(model_name=name, model_version=mv.version_label, outputs=hit, id=request.id)
             params = request.parameters
             if params:
                 priority = _int_param(params, "priority")
@@ -143,6 +142,8 @@ class DataPlane:
                 outputs=[_output_tensor(mv.outputs[n], outputs, n, mv.batching) for n in wanted],
                 id=request.id,
             )
+            if cache is not None and mv.config.response_cache.enable:
+                cache.insert(key, response.outputs, mv.stats)
         except BaseException:
             mv.stats.fail.add(time.perf_counter_ns() - start)
             raise
@@ -151,13 +152,30 @@ class DataPlane:
 
     # -- model control --------------------------------------------------------------------------
     async def load_model(self, name: str, config: str | None = None, files: dict[str, bytes] | None = None) -> None:
-        """Load (or reload) ``name``, optionally from a config JSON and files. The server runs in model control
-        mode NONE, so this is refused as Triton refuses it outside EXPLICIT mode: UNAVAILABLE, Triton's words."""
-        raise Unavailable("explicit model load / unload is not allowed if polling is enabled")
+        """Load ``name``, or reload it when it serves (model control mode EXPLICIT only, as in Triton).
+
+        ``config``: a ModelConfig as JSON, used instead of the folder's config.pbtxt. ``files``: path in the
+        model folder (``1/model.onnx``; a ``file:`` prefix is dropped) -> content; they replace the folder and
+        need ``config``. A reload keeps the old version serving until the new one is ready; one that fails
+        leaves it serving and raises with the reason.
+        """
+        self._check_model_control()
+        named = {key.removeprefix("file:"): data for key, data in (files or {}).items()}
+        await self.models.load(name, config, named)
 
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
-        """Unload ``name``; refused in model control mode NONE, as ``load_model`` is."""
-        raise Unavailable("explicit model load / unload is not allowed if polling is enabled")
+        """Unload ``name`` (EXPLICIT mode only): new requests are refused, those in flight finish first.
+        ``unload_dependents``: also the models it runs that were loaded only for it (an ensemble's)."""
+        self._check_model_control()
+        await self.models.unload(name, unload_dependents)
+
+    def _check_model_control(self) -> None:
+        if self.models.mode is not ModelControlMode.EXPLICIT:
+            raise Unavailable(_NO_MODEL_CONTROL)
+
+
+_NO_MODEL_CONTROL = "explicit model load / unload is not allowed if polling is enabled"
+"""Triton's words (and code, UNAVAILABLE) for load and unload outside model control mode EXPLICIT."""
 
 
 def _tensor_meta(spec: TensorSpec, batch: tuple[int, ...]) -> dict[str, Any]:

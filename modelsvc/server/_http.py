@@ -6,6 +6,8 @@ bytes out), which the fast HTTP server in ``_httpserver`` also calls directly on
 
 from __future__ import annotations
 
+import base64
+import binascii
 import logging
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -24,6 +26,7 @@ from ..protocol import (
 )
 from ._dataplane import DataPlane
 from ._errors import http_error
+from ._restricted import ApiCategory, RestrictedApis, http_category
 
 logger = logging.getLogger("modelsvc.http")
 
@@ -47,11 +50,14 @@ def _error_response(request: Request[Any, Any, Any], exc: Exception) -> Response
     return Response(encode_error(message), status_code=status, media_type=_JSON)
 
 
-def create_http_app(dataplane: DataPlane, *, max_body_size: int = 64 * 1024 * 1024) -> Litestar:
+def create_http_app(
+    dataplane: DataPlane, *, max_body_size: int = 64 * 1024 * 1024, restricted: RestrictedApis | None = None
+) -> Litestar:
     """The complete v2 HTTP app over ``dataplane`` (bodies over ``max_body_size`` bytes get 413).
 
     It runs under any ASGI server; ``modelsvc serve`` puts the fast HTTP server in front of it, which
-    answers ``POST .../infer`` itself through the same InferEndpoint.
+    answers ``POST .../infer`` itself through an InferEndpoint given the same ``restricted``: requests to a
+    restricted category without its header get 403 (``--http-restricted-api``).
     """
 
     @get("/v2/health/live", media_type=_JSON, sync_to_thread=False)
@@ -118,7 +124,36 @@ def create_http_app(dataplane: DataPlane, *, max_body_size: int = 64 * 1024 * 10
             ready_only = bool(parsed.get("ready", False))
         return _json(dataplane.repository_index(ready_only))
 
-    endpoint = InferEndpoint(dataplane)
+    @post("/v2/repository/models/{model_name:str}/load", status_code=200)
+    async def load_model(request: Request[Any, Any, Any], model_name: str) -> Response[bytes]:
+        params = _repository_parameters(await request.body(), "load")
+        config = params.get("config")
+        if config is not None and not isinstance(config, str):
+            raise InvalidArgument("load parameter 'config' must be a string: the model configuration as JSON")
+        files = {key: _base64(key, value) for key, value in params.items() if key.startswith("file:")}
+        await dataplane.load_model(model_name, config, files or None)
+        return Response(b"", status_code=200)
+
+    @post("/v2/repository/models/{model_name:str}/unload", status_code=200)
+    async def unload_model(request: Request[Any, Any, Any], model_name: str) -> Response[bytes]:
+        params = _repository_parameters(await request.body(), "unload")
+        dependents = params.get("unload_dependents", False)
+        if not isinstance(dependents, bool):
+            raise InvalidArgument("unload parameter 'unload_dependents' must be true or false")
+        await dataplane.unload_model(model_name, dependents)
+        return Response(b"", status_code=200)
+
+    endpoint = InferEndpoint(dataplane, restricted)
+
+    async def check_restricted(request: Request[Any, Any, Any]) -> Response[bytes] | None:
+        """Refuse a request to a restricted category that lacks its header (infer checks in InferEndpoint)."""
+        if not restricted:
+            return None
+        category = http_category(request.url.path)
+        if category is None or category is ApiCategory.INFERENCE:
+            return None
+        message = restricted.denied(category, request.headers.items())
+        return None if message is None else Response(encode_error(message), status_code=403, media_type=_JSON)
 
     @post(
         ["/v2/models/{model_name:str}/infer", "/v2/models/{model_name:str}/versions/{model_version:str}/infer"],
@@ -146,14 +181,42 @@ def create_http_app(dataplane: DataPlane, *, max_body_size: int = 64 * 1024 * 10
             model_config,
             statistics,
             repository_index,
+            load_model,
+            unload_model,
             infer,
         ],
+        before_request=check_restricted,
         exception_handlers={Exception: _error_response},
         request_max_body_size=max_body_size,
         openapi_config=None,
         logging_config=None,
         debug=False,
     )
+
+
+def _repository_parameters(body: bytes, action: str) -> dict[str, Any]:
+    """The ``parameters`` object of a load or unload request body (which may be empty)."""
+    if not body.strip():
+        return {}
+    try:
+        parsed = msgspec.json.decode(body)
+    except msgspec.DecodeError as exc:
+        raise InvalidArgument(f"{action} request is not valid JSON: {exc}") from None
+    if not isinstance(parsed, dict):
+        raise InvalidArgument(f"{action} request must be a JSON object")
+    params = parsed.get("parameters", {})
+    if not isinstance(params, dict):
+        raise InvalidArgument(f"{action} request 'parameters' must be a JSON object")
+    return params
+
+
+def _base64(key: str, value: Any) -> bytes:
+    if not isinstance(value, str):
+        raise InvalidArgument(f"load parameter '{key}' must be a base64 string (the file's content)")
+    try:
+        return base64.b64decode(value, validate=True)
+    except binascii.Error as exc:
+        raise InvalidArgument(f"load parameter '{key}' is not valid base64: {exc}") from None
 
 
 def infer_target(path: str) -> tuple[str, str | None] | None:
@@ -182,10 +245,12 @@ class InferEndpoint:
     from its model's queue, so it never runs.
     """
 
-    __slots__ = ("dataplane",)
+    __slots__ = ("dataplane", "restricted")
 
-    def __init__(self, dataplane: DataPlane) -> None:
+    def __init__(self, dataplane: DataPlane, restricted: RestrictedApis | None = None) -> None:
         self.dataplane = dataplane
+        self.restricted = restricted if restricted and restricted.restricts(ApiCategory.INFERENCE) else None
+        """Set when inference needs a header (``--http-restricted-api inference:...``)."""
 
     async def handle(
         self, model: str, version: str | None, headers: Sequence[tuple[bytes, bytes]], body: bytes
@@ -195,6 +260,10 @@ class InferEndpoint:
         With tracing on, the request's W3C trace context is taken from ``headers`` and a sampled request
         gets a SERVER span (model, version, request id, outcome, status) with queue and compute children.
         """
+        if self.restricted is not None:
+            refused = self.restricted.denied(ApiCategory.INFERENCE, headers)
+            if refused is not None:
+                return Reply(403, encode_error(refused), _JSON_BYTES)
         tracing = self.dataplane.tracing
         trace = None if tracing is None else tracing.start(model, version, headers)
         header_length = None

@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry, PlatformCollector, ProcessColle
 from prometheus_client.metrics_core import Metric
 from prometheus_client.utils import floatToGoString
 
+from ._cache import ResponseCache
 from ._models import ModelManager, ModelVersion
 
 _LABELS = ("model", "version")
@@ -92,7 +93,56 @@ def model_families(models: ModelManager) -> list[Metric]:
         pending.add_sample(pending.name, labels, float(mv.scheduler.pending_count))
         for provider in mv.providers:
             providers.add_sample(providers.name, {**labels, "provider": provider}, 1.0)
-    return [*families, pending, providers]
+    cache = models.cache
+    return [*families, pending, providers, *([] if cache is None else cache_families(cache, loaded))]
+
+
+#: the response cache's counters per model version, Triton's names (durations in microseconds)
+_CACHE_COUNTERS: tuple[tuple[str, str, Callable[[ModelVersion], float]], ...] = (
+    ("nv_cache_num_hits_per_model", "Number of cache hits per model", lambda mv: mv.stats.cache_hit.count),
+    ("nv_cache_num_misses_per_model", "Number of cache misses per model", lambda mv: mv.stats.cache_miss.count),
+    (
+        "nv_cache_hit_duration_per_model",
+        "Total cache hit duration per model, in microseconds",
+        lambda mv: mv.stats.cache_hit.ns // 1000,
+    ),
+    (
+        "nv_cache_miss_duration_per_model",
+        "Total cache miss (insert + lookup) duration per model, in microseconds",
+        lambda mv: mv.stats.cache_miss.ns // 1000,
+    ),
+)
+
+
+def cache_families(cache: ResponseCache, loaded: list[ModelVersion]) -> list[Metric]:
+    """The response cache's families when the server has one: server-wide gauges as Triton's local cache
+    reports them, and counters for each model version that uses the cache (as Triton, no others)."""
+    loaded = [mv for mv in loaded if mv.config.response_cache.enable]
+    gauges = (
+        ("nv_cache_num_entries", "Number of responses stored in response cache", cache.entries),
+        ("nv_cache_num_lookups", "Number of cache lookups in response cache", cache.lookups),
+        ("nv_cache_num_hits", "Number of cache hits in response cache", cache.hits),
+        ("nv_cache_num_misses", "Number of cache misses in response cache", cache.misses),
+        ("nv_cache_num_evictions", "Number of cache evictions in response cache", cache.evictions),
+        (
+            "nv_cache_lookup_duration",
+            "Total cache lookup duration (hit and miss), in microseconds",
+            cache.lookup_ns // 1000,
+        ),
+        ("nv_cache_insertion_duration", "Total cache insertion duration, in microseconds", cache.insert_ns // 1000),
+        ("nv_cache_util", "Cache utilization [0.0 - 1.0]", cache.utilization),
+    )
+    families = []
+    for name, doc, value in gauges:
+        family = Metric(name, doc, "gauge")
+        family.add_sample(name, {}, float(value))
+        families.append(family)
+    for name, doc, read in _CACHE_COUNTERS:
+        family = Metric(name, doc, "counter")
+        for mv in loaded:
+            family.add_sample(name, {"model": mv.name, "version": str(mv.version)}, float(read(mv)))
+        families.append(family)
+    return families
 
 
 def _escape(value: str) -> str:

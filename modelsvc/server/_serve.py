@@ -1,4 +1,4 @@
-"""Running the server: load the repository, open the HTTP and metrics endpoints, drain on SIGTERM."""
+"""Running the server: load the repository, open the gRPC, HTTP and metrics endpoints, drain on SIGTERM."""
 
 from __future__ import annotations
 
@@ -6,17 +6,23 @@ import asyncio
 import gc
 import logging
 import signal
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from litestar import Litestar, Response, get
 
-from ..repository import ModelRepository
+from ..repository import ModelRepository, RemoteRepository, RemoteRepositoryError, is_remote
+from ._cache import CacheSettings, ResponseCache
+from ._control import RepositoryPoller
 from ._dataplane import DataPlane
+from ._grpc import DEFAULT_MAX_MESSAGE_BYTES, GrpcServer
 from ._http import InferEndpoint, create_http_app
 from ._httpserver import HttpServer
 from ._metrics import Metrics
-from ._models import ModelManager
+from ._models import ModelControlMode, ModelManager
+from ._restricted import RestrictedApis
 from ._tracing import TraceSettings, start_tracing
 
 logger = logging.getLogger("modelsvc")
@@ -26,7 +32,8 @@ logger = logging.getLogger("modelsvc")
 class ServeOptions:
     """What ``modelsvc serve`` takes; names follow tritonserver's flags."""
 
-    model_repository: Path
+    model_repository: Path | str
+    """A folder, or a remote repository's URL (``s3://``, ``gs://``, ``az://``...), copied into a local cache."""
     http_address: str = "0.0.0.0"
     http_port: int = 8000
     grpc_address: str = "0.0.0.0"
@@ -40,10 +47,23 @@ class ServeOptions:
     disable_auto_complete_config: bool = False
     exit_on_error: bool = True
     http_max_input_size: int = 64 * 1024 * 1024
+    grpc_max_message_size: int = DEFAULT_MAX_MESSAGE_BYTES
+    """Largest gRPC message taken or sent (modelsvc's own flag: Triton has none and allows 2 GiB)."""
     exit_timeout_secs: int = 30
     log_verbose: int = 0
     trace: TraceSettings = field(default_factory=TraceSettings)
     """``--trace-config`` flags, parsed (off by default)."""
+    cache: CacheSettings | None = None
+    """``--cache-config`` flags, parsed; None: no response cache."""
+    model_control_mode: ModelControlMode = ModelControlMode.NONE
+    repository_poll_secs: float = 15
+    """Seconds between polls in POLL mode; 0: no polling."""
+    load_models: tuple[str, ...] = ()
+    """``--load-model`` names (EXPLICIT mode), ``("*",)`` for every model."""
+    http_restricted: RestrictedApis = field(default_factory=RestrictedApis)
+    """``--http-restricted-api`` groups; empty: nothing restricted."""
+    grpc_restricted: RestrictedApis = field(default_factory=RestrictedApis)
+    """``--grpc-restricted-protocol`` groups."""
 
 
 def create_metrics_app(metrics: Metrics) -> Litestar:
@@ -56,13 +76,25 @@ def create_metrics_app(metrics: Metrics) -> Litestar:
 
 async def serve(options: ServeOptions) -> int:
     """Run until SIGTERM or SIGINT; returns the process exit status."""
+    root = options.model_repository
+    remote = None
+    if isinstance(root, str) and is_remote(root):
+        try:
+            remote = RemoteRepository(root)
+            result = await asyncio.to_thread(remote.sync)
+        except RemoteRepositoryError as exc:
+            logger.error("cannot serve the model repository: %s", exc)
+            return 1
+        logger.info("model repository %s copied to %s (%d files)", remote.url, remote.path, result.files_downloaded)
+        root = remote.path
     repository = ModelRepository(
-        options.model_repository,
+        root,
         strict_model_config=options.strict_model_config,
         autocomplete=not options.disable_auto_complete_config,
     )
-    models = ModelManager(repository)
-    errors = await models.load_all()
+    models = ModelManager(repository, mode=options.model_control_mode, remote=remote)
+    models.cache = ResponseCache.from_settings(options.cache)
+    errors = await _load_at_start(models, options)
     if errors and options.exit_on_error:
         for line in errors:
             logger.error(line)
@@ -86,10 +118,19 @@ async def serve(options: ServeOptions) -> int:
 async def _serve(options: ServeOptions, models: ModelManager, dataplane: DataPlane) -> int:
     dataplane.accepting = True
     servers: list[HttpServer] = []
+    grpc_server: GrpcServer | None = None
     try:
+        if options.allow_grpc:  # first: once HTTP says ready, gRPC listens too
+            grpc_server = GrpcServer(
+                dataplane, max_message_size=options.grpc_max_message_size, restricted=options.grpc_restricted
+            )
+            await grpc_server.start(options.grpc_address, options.grpc_port)
+            logger.info("gRPC v2 endpoint on %s:%d", *grpc_server.address)
         if options.allow_http:
-            app = create_http_app(dataplane, max_body_size=options.http_max_input_size)
-            http = HttpServer(app, infer=InferEndpoint(dataplane), max_body_size=options.http_max_input_size)
+            restricted = options.http_restricted
+            app = create_http_app(dataplane, max_body_size=options.http_max_input_size, restricted=restricted)
+            endpoint = InferEndpoint(dataplane, restricted)
+            http = HttpServer(app, infer=endpoint, max_body_size=options.http_max_input_size)
             await http.start(options.http_address, options.http_port)
             servers.append(http)
             logger.info("HTTP v2 endpoint on %s:%d", *http.address)
@@ -100,12 +141,14 @@ async def _serve(options: ServeOptions, models: ModelManager, dataplane: DataPla
             logger.info("metrics on %s:%d/metrics", *metrics.address)
     except OSError as exc:
         logger.error("cannot open an endpoint: %s", exc)
-        await asyncio.gather(*(s.shutdown(0) for s in servers))
+        await asyncio.gather(*(s.shutdown(0) for s in servers), *_grpc_shutdown(grpc_server, 0))
         await models.close()
         return 1
-    if options.allow_grpc:
-        logger.info("gRPC endpoint is not part of this build yet; --grpc-port %d is not opened", options.grpc_port)
 
+    poller = None
+    if options.model_control_mode is ModelControlMode.POLL and options.repository_poll_secs > 0:
+        poller = RepositoryPoller(models, options.repository_poll_secs, models.remote)
+        poller.start()
     loop = asyncio.get_running_loop()
     stopping = asyncio.Event()
     signals_seen = 0
@@ -118,6 +161,8 @@ async def _serve(options: ServeOptions, models: ModelManager, dataplane: DataPla
             for s in servers:
                 for conn in list(s.connections):
                     conn.close()
+            if grpc_server is not None:
+                grpc_server.stop_now()
             return
         logger.info("%s received: draining in-flight requests, then exiting", sig.name)
         dataplane.draining = True
@@ -127,12 +172,31 @@ async def _serve(options: ServeOptions, models: ModelManager, dataplane: DataPla
         loop.add_signal_handler(sig, stop, sig)
     try:
         await stopping.wait()
+        if poller is not None:
+            await poller.stop()
         # Together: the schedulers run what is queued now (no batch delay waits any longer), and the
         # endpoints let every request already read get its answer.
-        await asyncio.gather(models.close(), *(s.shutdown(options.exit_timeout_secs) for s in servers))
+        await asyncio.gather(
+            models.close(),
+            *(s.shutdown(options.exit_timeout_secs) for s in servers),
+            *_grpc_shutdown(grpc_server, options.exit_timeout_secs),
+        )
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
+        if poller is not None:
+            await poller.stop()
         await models.close()
     logger.info("modelsvc stopped")
     return 0
+
+
+async def _load_at_start(models: ModelManager, options: ServeOptions) -> list[str]:
+    """EXPLICIT mode loads the ``--load-model`` models (``*``: all); the other modes load every model."""
+    if options.model_control_mode is ModelControlMode.EXPLICIT and "*" not in options.load_models:
+        return await models.load_startup(options.load_models)
+    return await models.load_all()
+
+
+def _grpc_shutdown(server: GrpcServer | None, grace_s: float) -> list[Coroutine[Any, Any, None]]:
+    return [] if server is None else [server.shutdown(grace_s)]

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import onnx
-from google.protobuf.message import DecodeError
 from google.protobuf import json_format, text_format
+from google.protobuf.message import DecodeError
 from onnx import TensorProto
 
 __all__ = [

@@ -1,0 +1,511 @@
+"""The gRPC transport of the v2 protocol: ``inference.GRPCInferenceService`` over the data plane.
+
+The service is the one tritonclient's generated stubs describe (``tritonclient.grpc.service_pb2_grpc``), served
+by grpcio's asyncio server in the event loop the HTTP server runs in. Like the HTTP transport it only decodes,
+calls the data plane and encodes; inference, validation and statistics live in ``DataPlane``.
+
+Errors travel as gRPC status codes with Triton's meaning (``GRPC_STATUS``); an unexpected error is INTERNAL with
+a fixed message and its detail goes to the log. Messages larger than ``max_message_size`` (either way) are refused
+by grpcio itself with RESOURCE_EXHAUSTED.
+
+``ModelStreamInfer`` works as Triton's does for models that are not decoupled: the requests of one stream run
+concurrently (up to ``STREAM_WINDOW`` at a time), each gets exactly one ``ModelStreamInferResponse``, marked with
+the parameter ``triton_final_response: true``, and the answers go back in the order the requests came (a slow
+request holds back the answers after it, as in Triton). A request that fails gets its answer with ``error_message``
+set and only its id, model name and version in ``infer_response``; the stream goes on. When the server drains, a
+stream stops reading, answers what it has read, and ends with UNAVAILABLE if the client had not closed its side.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn, TypeVar
+
+import grpc
+import grpc.aio
+import numpy as np
+from google.protobuf import json_format
+from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
+
+from ..protocol import (
+    ErrorKind,
+    InferRequest,
+    InferResponse,
+    InvalidArgument,
+    ModelsvcError,
+    RequestedOutput,
+    Tensor,
+    Unsupported,
+    deserialize_bytes_tensor,
+    numpy_dtype,
+    serialize_bytes_tensor,
+)
+from ._dataplane import DataPlane
+from ._errors import INTERNAL_MESSAGE, http_error
+from ._restricted import RestrictedApis, RestrictionInterceptor
+from ._tracing import RequestTrace
+
+logger = logging.getLogger("modelsvc.grpc")
+
+T = TypeVar("T")
+Context = grpc.aio.ServicerContext[Any, Any]
+
+DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+"""Largest message taken or sent: the same as the HTTP body limit. (Triton's gRPC allows 2 GiB and has no flag.)"""
+
+STREAM_WINDOW = 128
+"""How many requests of one stream may be in flight at once; beyond that the stream is not read (flow control)."""
+
+GRPC_STATUS: dict[ErrorKind, grpc.StatusCode] = {
+    ErrorKind.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
+    ErrorKind.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
+    ErrorKind.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
+    ErrorKind.UNSUPPORTED: grpc.StatusCode.UNIMPLEMENTED,
+    ErrorKind.INTERNAL: grpc.StatusCode.INTERNAL,
+}
+
+SHUTTING_DOWN = "the server is shutting down"
+
+
+def _code(exc: BaseException) -> grpc.StatusCode:
+    return GRPC_STATUS[exc.kind] if isinstance(exc, ModelsvcError) else grpc.StatusCode.INTERNAL
+
+
+def grpc_status(exc: BaseException) -> tuple[grpc.StatusCode, str]:
+    """Code and client-facing message; an unexpected error is logged and shows nothing of itself."""
+    if isinstance(exc, ModelsvcError):
+        if exc.kind is ErrorKind.INTERNAL:
+            logger.error("internal error: %s", exc.message)
+            return grpc.StatusCode.INTERNAL, INTERNAL_MESSAGE
+        return GRPC_STATUS[exc.kind], exc.message
+    logger.error("unexpected error answering a gRPC request", exc_info=exc)
+    return grpc.StatusCode.INTERNAL, INTERNAL_MESSAGE
+
+
+async def _abort(context: Context, exc: BaseException) -> NoReturn:
+    code, message = grpc_status(exc)
+    await context.abort(code, message)
+    raise AssertionError("context.abort returned")  # pragma: no cover - abort always raises
+
+
+# -- messages <-> protocol types (no I/O) ---------------------------------------------------------------------
+
+# the typed ``InferTensorContents`` field of each datatype, and the numpy dtype its values arrive in
+_CONTENTS: dict[str, tuple[str, np.dtype[Any]]] = {
+    "BOOL": ("bool_contents", np.dtype(np.bool_)),
+    "INT8": ("int_contents", np.dtype(np.int32)),
+    "INT16": ("int_contents", np.dtype(np.int32)),
+    "INT32": ("int_contents", np.dtype(np.int32)),
+    "INT64": ("int64_contents", np.dtype(np.int64)),
+    "UINT8": ("uint_contents", np.dtype(np.uint32)),
+    "UINT16": ("uint_contents", np.dtype(np.uint32)),
+    "UINT32": ("uint_contents", np.dtype(np.uint32)),
+    "UINT64": ("uint64_contents", np.dtype(np.uint64)),
+    "FP32": ("fp32_contents", np.dtype(np.float32)),
+    "FP64": ("fp64_contents", np.dtype(np.float64)),
+    "BYTES": ("bytes_contents", np.dtype(np.object_)),
+}
+
+
+def _parameters(params: Any) -> dict[str, Any]:
+    """An ``InferParameter`` map as plain values (whichever of bool, int, string, double is set)."""
+    out: dict[str, Any] = {}
+    for key, param in params.items():
+        kind = param.WhichOneof("parameter_choice")
+        if kind is not None:
+            out[key] = getattr(param, kind)
+    return out
+
+
+def _set_parameters(target: Any, params: dict[str, Any]) -> None:
+    for key, value in params.items():
+        param = target[key]
+        if isinstance(value, bool | np.bool_):
+            param.bool_param = bool(value)
+        elif isinstance(value, int | np.integer):
+            param.int64_param = int(value)
+        elif isinstance(value, float | np.floating):
+            param.double_param = float(value)
+        else:
+            param.string_param = str(value)
+
+
+def _shape(entry: Any) -> tuple[int, ...]:
+    shape = tuple(entry.shape)
+    if any(d < 0 for d in shape):
+        raise InvalidArgument(f"input '{entry.name}': shape {list(shape)} has a negative dimension")
+    return shape
+
+
+def _from_raw(entry: Any, raw: bytes, shape: tuple[int, ...]) -> np.ndarray[Any, Any]:
+    name, datatype = entry.name, entry.datatype
+    dtype = numpy_dtype(datatype)
+    count = math.prod(shape)
+    if datatype == "BYTES":
+        return deserialize_bytes_tensor(raw, count, f"input '{name}'").reshape(shape)
+    expected = count * dtype.itemsize
+    if len(raw) != expected:
+        raise InvalidArgument(
+            f"input '{name}': {len(raw)} bytes of {datatype} data in raw_input_contents, "
+            f"but shape {list(shape)} needs {expected}"
+        )
+    return np.frombuffer(raw, dtype=dtype).reshape(shape)
+
+
+def _from_contents(entry: Any, shape: tuple[int, ...]) -> np.ndarray[Any, Any]:
+    name, datatype = entry.name, entry.datatype
+    dtype = numpy_dtype(datatype)  # an unknown datatype is named before anything else
+    typed = _CONTENTS.get(datatype)
+    if typed is None:
+        raise InvalidArgument(f"input '{name}': {datatype} data travels only in raw_input_contents")
+    field, arrives_as = typed
+    others = [f.name for f, _ in entry.contents.ListFields() if f.name != field]
+    if others:
+        raise InvalidArgument(f"input '{name}': {datatype} data goes in contents.{field}, not {', '.join(others)}")
+    values = getattr(entry.contents, field)
+    count = math.prod(shape)
+    if len(values) != count:
+        raise InvalidArgument(
+            f"input '{name}': {len(values)} elements of {datatype} data in contents.{field}, "
+            f"but shape {list(shape)} needs {count}"
+        )
+    if datatype == "BYTES":
+        array = np.empty(count, dtype=np.object_)
+        array[:] = list(values)
+        return array.reshape(shape)
+    array = np.fromiter(values, dtype=arrives_as, count=count)
+    if dtype != arrives_as:  # INT8, INT16, UINT8, UINT16 arrive as 32-bit values
+        info = np.iinfo(dtype)
+        if count and (array.min() < info.min or array.max() > info.max):
+            raise InvalidArgument(f"input '{name}': a value in contents.{field} does not fit {datatype}")
+        array = array.astype(dtype)
+    return array.reshape(shape)
+
+
+def decode_infer_request(message: Any) -> InferRequest:
+    """A ``ModelInferRequest`` as the data plane's InferRequest; every fault names the tensor.
+
+    Inputs take their bytes from ``raw_input_contents`` (one per input, in input order) or from the typed
+    ``contents``; one request uses one way for all its inputs, as in Triton.
+    """
+    raws = message.raw_input_contents
+    entries = message.inputs
+    if raws and len(raws) != len(entries):
+        raise InvalidArgument(
+            f"the request has {len(raws)} raw_input_contents for {len(entries)} inputs: with raw_input_contents, "
+            "every input takes one, in input order"
+        )
+    inputs: list[Tensor] = []
+    for index, entry in enumerate(entries):
+        shape = _shape(entry)
+        params = _parameters(entry.parameters) if entry.parameters else {}
+        if "shared_memory_region" in params:
+            raise Unsupported(f"input '{entry.name}': shared memory is not supported by this server")
+        if raws:
+            if entry.HasField("contents"):
+                raise InvalidArgument(
+                    f"input '{entry.name}' has typed contents, but the request uses raw_input_contents"
+                )
+            data = _from_raw(entry, raws[index], shape)
+        else:
+            data = _from_contents(entry, shape)
+        inputs.append(Tensor(entry.name, entry.datatype, shape, data, params))
+    outputs = None
+    if message.outputs:
+        outputs = [
+            RequestedOutput(o.name, None, _parameters(o.parameters) if o.parameters else {}) for o in message.outputs
+        ]
+    parameters = _parameters(message.parameters) if message.parameters else {}
+    return InferRequest(inputs=inputs, id=message.id or None, outputs=outputs, parameters=parameters)
+
+
+def _raw(tensor: Tensor) -> bytes:
+    if tensor.datatype == "BYTES":
+        return serialize_bytes_tensor(tensor.data)
+    return np.ascontiguousarray(tensor.data).tobytes()  # BF16 (ml_dtypes) gives its 16-bit words
+
+
+def encode_infer_response(response: InferResponse) -> Any:
+    """The ``ModelInferResponse``: every output's bytes in ``raw_output_contents`` (what tritonclient reads)."""
+    message = service_pb2.ModelInferResponse(
+        model_name=response.model_name, model_version=response.model_version, id=response.id or ""
+    )
+    outputs = message.outputs
+    raws = message.raw_output_contents
+    for tensor in response.outputs:
+        out = outputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
+        if tensor.parameters:
+            _set_parameters(out.parameters, tensor.parameters)
+        raws.append(_raw(tensor))
+    if response.parameters:
+        _set_parameters(message.parameters, response.parameters)
+    return message
+
+
+def _tensor_metadata(entries: Sequence[dict[str, Any]]) -> list[Any]:
+    return [
+        service_pb2.ModelMetadataResponse.TensorMetadata(name=t["name"], datatype=t["datatype"], shape=t["shape"])
+        for t in entries
+    ]
+
+
+def _trace_headers(context: Context) -> list[tuple[bytes, bytes]]:
+    """The call's text metadata as the (lower-case name, value) pairs the tracer reads ``traceparent`` from."""
+    return [
+        (key.encode("latin-1"), value.encode("latin-1"))
+        for key, value in context.invocation_metadata() or ()
+        if isinstance(value, str)
+    ]
+
+
+def _end_trace(trace: RequestTrace, error: BaseException | None, code: grpc.StatusCode) -> None:
+    """Close a request's span: the HTTP status the same outcome would have had, and the gRPC code."""
+    trace.span.set_attribute("rpc.system", "grpc")
+    trace.span.set_attribute("rpc.grpc.status_code", code.value[0])
+    if error is None:
+        trace.end(200, None)
+    elif isinstance(error, Exception):
+        trace.end(http_error(error)[0], error)
+    else:  # the caller went away
+        trace.end(499, error)
+
+
+# -- the service ----------------------------------------------------------------------------------------------
+
+
+class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
+    """``inference.GRPCInferenceService`` over one data plane. Shared memory, trace and log settings are not
+    offered: they answer UNIMPLEMENTED (the generated base's default)."""
+
+    def __init__(self, dataplane: DataPlane) -> None:
+        self.dataplane = dataplane
+        self.draining = False
+        self._stream_readers: set[asyncio.Task[None]] = set()
+
+    def drain(self) -> None:
+        """Shutdown began: open streams stop reading, answer what they have read, and end."""
+        self.draining = True
+        for reader in list(self._stream_readers):
+            reader.cancel()
+
+    @staticmethod
+    async def _answer(context: Context, make: Callable[[], T]) -> T:
+        try:
+            return make()
+        except Exception as exc:
+            await _abort(context, exc)
+
+    # -- health and metadata ----------------------------------------------------------------------------------
+    async def ServerLive(self, request: Any, context: Context) -> Any:
+        return service_pb2.ServerLiveResponse(live=self.dataplane.live())
+
+    async def ServerReady(self, request: Any, context: Context) -> Any:
+        return service_pb2.ServerReadyResponse(ready=self.dataplane.ready())
+
+    async def ModelReady(self, request: Any, context: Context) -> Any:
+        return service_pb2.ModelReadyResponse(ready=self.dataplane.model_ready(request.name, request.version or None))
+
+    async def ServerMetadata(self, request: Any, context: Context) -> Any:
+        meta = self.dataplane.server_metadata()
+        return service_pb2.ServerMetadataResponse(
+            name=meta["name"], version=meta["version"], extensions=meta["extensions"]
+        )
+
+    async def ModelMetadata(self, request: Any, context: Context) -> Any:
+        meta = await self._answer(context, lambda: self.dataplane.model_metadata(request.name, request.version or None))
+        return service_pb2.ModelMetadataResponse(
+            name=meta["name"],
+            versions=meta["versions"],
+            platform=meta["platform"],
+            inputs=_tensor_metadata(meta["inputs"]),
+            outputs=_tensor_metadata(meta["outputs"]),
+        )
+
+    async def ModelConfig(self, request: Any, context: Context) -> Any:
+        # the JSON /config serves, read back into the proto: both transports answer from one place
+        config = await self._answer(context, lambda: self.dataplane.model_config(request.name, request.version or None))
+        return service_pb2.ModelConfigResponse(config=json_format.ParseDict(config, model_config_pb2.ModelConfig()))
+
+    async def ModelStatistics(self, request: Any, context: Context) -> Any:
+        stats = await self._answer(context, lambda: self.dataplane.statistics(request.name, request.version or None))
+        return json_format.ParseDict(stats, service_pb2.ModelStatisticsResponse())
+
+    async def RepositoryIndex(self, request: Any, context: Context) -> Any:
+        rows = self.dataplane.repository_index(request.ready)
+        return service_pb2.RepositoryIndexResponse(
+            models=[
+                service_pb2.RepositoryIndexResponse.ModelIndex(
+                    name=r["name"], version=r.get("version", ""), state=r.get("state", ""), reason=r.get("reason", "")
+                )
+                for r in rows
+            ]
+        )
+
+    async def RepositoryModelLoad(self, request: Any, context: Context) -> Any:
+        config: str | None = None
+        files: dict[str, bytes] = {}
+        for key, param in request.parameters.items():
+            if key == "config":
+                config = param.string_param
+            elif key.startswith("file:"):
+                files[key[len("file:") :]] = param.bytes_param
+        try:
+            await self.dataplane.load_model(request.model_name, config, files or None)
+        except Exception as exc:
+            await _abort(context, exc)
+        return service_pb2.RepositoryModelLoadResponse()
+
+    async def RepositoryModelUnload(self, request: Any, context: Context) -> Any:
+        flag = request.parameters.get("unload_dependents")
+        try:
+            await self.dataplane.unload_model(request.model_name, bool(flag is not None and flag.bool_param))
+        except Exception as exc:
+            await _abort(context, exc)
+        return service_pb2.RepositoryModelUnloadResponse()
+
+    # -- inference --------------------------------------------------------------------------------------------
+    async def _infer(self, message: Any, headers: Sequence[tuple[bytes, bytes]]) -> Any:
+        """One request through the data plane, with its trace when tracing is on; errors propagate."""
+        model = message.model_name
+        version = message.model_version or None
+        tracing = self.dataplane.tracing
+        trace = None if tracing is None else tracing.start(model, version, headers)
+        if trace is None:
+            return encode_infer_response(await self.dataplane.infer(model, version, decode_infer_request(message)))
+        try:
+            request = decode_infer_request(message)
+            trace.request(request.id)
+            answer = encode_infer_response(await self.dataplane.infer(model, version, request, trace))
+        except Exception as exc:
+            _end_trace(trace, exc, _code(exc))
+            raise
+        except BaseException as exc:
+            _end_trace(trace, exc, grpc.StatusCode.CANCELLED)
+            raise
+        _end_trace(trace, None, grpc.StatusCode.OK)
+        return answer
+
+    async def ModelInfer(self, request: Any, context: Context) -> Any:
+        headers = _trace_headers(context) if self.dataplane.tracing is not None else ()
+        try:
+            return await self._infer(request, headers)
+        except Exception as exc:
+            await _abort(context, exc)
+
+    async def ModelStreamInfer(self, request_iterator: Any, context: Context) -> None:
+        """Answer each request of the stream, in order; requests run concurrently within ``STREAM_WINDOW``."""
+        headers = _trace_headers(context) if self.dataplane.tracing is not None else ()
+        answers: asyncio.Queue[asyncio.Future[Any] | None] = asyncio.Queue()
+        window = asyncio.Semaphore(STREAM_WINDOW)
+        reader = asyncio.ensure_future(self._read_stream(request_iterator, answers, window, headers))
+        self._stream_readers.add(reader)
+        try:
+            while (pending := await answers.get()) is not None:
+                await context.write(await pending)
+                window.release()
+            await asyncio.wait({reader})  # it queued its last word; let it finish
+            if reader.cancelled():  # the server drains and the client had more to say
+                await context.abort(grpc.StatusCode.UNAVAILABLE, SHUTTING_DOWN)
+            error = reader.exception()
+            if error is not None:
+                await _abort(context, error)
+        finally:
+            self._stream_readers.discard(reader)
+            reader.cancel()
+            while not answers.empty():  # the client went away: withdraw what is still queued
+                left = answers.get_nowait()
+                if left is not None:
+                    left.cancel()
+
+    async def _read_stream(
+        self,
+        request_iterator: Any,
+        answers: asyncio.Queue[asyncio.Future[Any] | None],
+        window: asyncio.Semaphore,
+        headers: Sequence[tuple[bytes, bytes]],
+    ) -> None:
+        try:
+            if self.draining:
+                raise asyncio.CancelledError
+            iterator = request_iterator.__aiter__()
+            while True:
+                await window.acquire()  # taken before reading, so a cancelled reader holds no unanswered request
+                try:
+                    message = await iterator.__anext__()
+                except StopAsyncIteration:
+                    break
+                answers.put_nowait(asyncio.ensure_future(self._stream_answer(message, headers)))
+        finally:
+            answers.put_nowait(None)
+
+    async def _stream_answer(self, message: Any, headers: Sequence[tuple[bytes, bytes]]) -> Any:
+        """The one answer to a stream's request, marked ``triton_final_response`` as Triton marks it."""
+        error = ""
+        try:
+            answer = await self._infer(message, headers)
+        except Exception as exc:
+            _, error = grpc_status(exc)
+            answer = service_pb2.ModelInferResponse(
+                id=message.id, model_name=message.model_name, model_version=message.model_version
+            )
+        answer.parameters["triton_final_response"].bool_param = True
+        return service_pb2.ModelStreamInferResponse(error_message=error, infer_response=answer)
+
+
+# -- the server -----------------------------------------------------------------------------------------------
+
+
+class GrpcServer:
+    """The gRPC endpoint: ``start``, then ``shutdown`` (drain) or ``stop_now``."""
+
+    def __init__(
+        self,
+        dataplane: DataPlane,
+        *,
+        max_message_size: int = DEFAULT_MAX_MESSAGE_BYTES,
+        restricted: RestrictedApis | None = None,
+    ) -> None:
+        self.service = InferenceService(dataplane)
+        self.max_message_size = max_message_size
+        self.restricted = restricted
+        """``--grpc-restricted-protocol`` groups: calls without their metadata get UNAVAILABLE."""
+        self.address: tuple[str, int] = ("", 0)
+        self._server: grpc.aio.Server | None = None
+        self._stopping: asyncio.Future[None] | None = None
+
+    async def start(self, host: str, port: int) -> None:
+        """Listen on ``host:port`` (port 0: any free one, see ``address``); OSError when that fails."""
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_send_message_length", self.max_message_size),
+                ("grpc.max_receive_message_length", self.max_message_size),
+                ("grpc.so_reuseport", 0),  # a port in use is an error, as in Triton (--reuse-grpc-port false)
+            ],
+            interceptors=[RestrictionInterceptor(self.restricted)] if self.restricted else None,
+        )
+        service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(self.service, server)
+        target = f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
+        try:
+            bound = server.add_insecure_port(target)
+        except RuntimeError as exc:
+            raise OSError(f"cannot listen on {target} for gRPC: {exc}") from None
+        if bound == 0:
+            raise OSError(f"cannot listen on {target} for gRPC")
+        await server.start()
+        self._server = server
+        self.address = (host, bound)
+
+    async def shutdown(self, grace_s: float) -> None:
+        """Refuse new calls, let those in flight finish (up to ``grace_s``), end open streams, then stop."""
+        if self._server is None:
+            return
+        self.service.drain()
+        await self._server.stop(grace_s)
+
+    def stop_now(self) -> None:
+        """Cancel every call still running (a second signal)."""
+        if self._server is not None and self._stopping is None:
+            self._stopping = asyncio.ensure_future(self._server.stop(None))
