@@ -1,4 +1,4 @@
-"""The model server: one data plane under the HTTP transport (gRPC follows), metrics, and the runner."""
+"""The model server: one data plane under the HTTP and gRPC transports, the model lifecycle, metrics, the runner."""
 
 from ._dataplane import DataPlane
 from ._http import InferEndpoint, Reply, create_http_app, infer_target
