@@ -121,7 +121,8 @@ class DataPlane:
             wanted = _requested_outputs(mv, request)
             cache = self.cache
             if cache is not None and mv.config.response_cache.enable:
-                key, hit = cache.lookup(name, mv.version_label, request, wanted, mv.stats)
+                # the build number keys out answers cached before a reload of the same version
+                key, hit = cache.lookup(name, f"{mv.version_label}#{mv.build}", request, wanted, mv.stats)
                 if hit is not None:
                     mv.stats.record_cached_success(time.perf_counter_ns() - start)
                     return InferResponse(model_name=name, model_version=mv.version_label, outputs=hit, id=request.id)

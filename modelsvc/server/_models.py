@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import itertools
 import logging
 import os
 import shutil
@@ -109,11 +110,18 @@ class ModelVersion:
     max_batch_size: int = 0
     batching: bool = False
     version_label: str = ""
+    build: int = 0
+    """Which load of this version this is (unique in the process): a reload gets a new one, so that what was
+    cached for the version before (the response cache) is never taken for what it answers now."""
 
     def __post_init__(self) -> None:
         self.max_batch_size = int(self.config.max_batch_size)
         self.batching = self.max_batch_size > 0
         self.version_label = str(self.version)
+        self.build = next(_BUILDS)
+
+
+_BUILDS = itertools.count(1)
 
 
 @dataclass(frozen=True, slots=True)
