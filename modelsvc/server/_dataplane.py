@@ -121,8 +121,7 @@ class DataPlane:
             wanted = _requested_outputs(mv, request)
             cache = self.cache
             if cache is not None and mv.config.response_cache.enable:
-                # the build number keys out answers cached before a reload of the same version
-                key, hit = cache.lookup(name, f"{mv.version_label}#{mv.build}", request, wanted, mv.stats)
+                key, hit = cache.lookup(name, self._cache_identity(mv), request, wanted, mv.stats)
                 if hit is not None:
                     mv.stats.record_cached_success(time.perf_counter_ns() - start)
                     return InferResponse(model_name=name, model_version=mv.version_label, outputs=hit, id=request.id)
@@ -150,6 +149,23 @@ class DataPlane:
             raise
         mv.stats.success.add(time.perf_counter_ns() - start)
         return response
+
+    def _cache_identity(self, mv: ModelVersion) -> str:
+        """What the response cache keys a version by: its label and which load of it this is (a reload gets a
+        new build, so answers cached before it are never served after it); for an ensemble, also that of every
+        model its steps run now, so reloading a composing model keys out the ensemble's old answers too."""
+        identity = f"{mv.version_label}#{mv.build}"
+        plan = getattr(mv.scheduler, "plan", None)  # an ensemble's scheduler carries its steps
+        if plan is None:
+            return identity
+        parts = [identity]
+        for step in plan.steps:
+            try:
+                composing = self.models.get(step.model_name, step.version_text)
+            except ModelsvcError:
+                continue  # the request fails in that step anyway
+            parts.append(f"{step.model_name}:{self._cache_identity(composing)}")
+        return "|".join(parts)
 
     # -- model control --------------------------------------------------------------------------
     async def load_model(self, name: str, config: str | None = None, files: dict[str, bytes] | None = None) -> None:

@@ -651,9 +651,11 @@ class ModelManager:
                 f"failed to load '{name}': file overrides need the 'config' parameter too (the files replace "
                 "the model's folder, config.pbtxt included)"
             )
+        if not config.lstrip().startswith("{"):
+            raise InvalidArgument(f"failed to load '{name}': the 'config' parameter must be a JSON object")
         try:
             json_format.Parse(config, parsed)
-        except json_format.ParseError as exc:
+        except (json_format.ParseError, TypeError, ValueError) as exc:
             raise InvalidArgument(
                 f"failed to load '{name}': the 'config' parameter is not a model config: {exc}"
             ) from None
@@ -664,8 +666,13 @@ class ModelManager:
             folder.mkdir()
             for relative, data in paths.items():
                 target = folder / relative
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(data)
+                try:
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.write_bytes(data)
+                except (FileExistsError, NotADirectoryError, IsADirectoryError) as exc:
+                    raise InvalidArgument(
+                        f"failed to load '{name}': file override '{relative}' collides with another one: {exc}"
+                    ) from None
             if not paths:
                 original = self.repository.root / name
                 if original.is_dir():

@@ -147,18 +147,34 @@ def http_category(path: str) -> ApiCategory | None:
         return ApiCategory.TRACE
     if path.startswith("/v2/logging"):
         return ApiCategory.LOGGING
-    if path == "/v2/models/stats" or (path.startswith("/v2/models/") and path.endswith("/stats")):
-        return ApiCategory.STATISTICS
     if path.startswith("/v2/models/"):
-        last = path.rstrip("/").rsplit("/", 1)[-1]
-        if last == "ready":
-            return ApiCategory.HEALTH
-        if last == "config":
-            return ApiCategory.MODEL_CONFIG
-        if last in ("infer", "generate", "generate_stream"):
-            return ApiCategory.INFERENCE
-        return ApiCategory.METADATA
+        return _model_path_category(path[len("/v2/models/") :].strip("/").split("/"))
     return None
+
+
+_MODEL_SUFFIXES = {
+    "ready": ApiCategory.HEALTH,
+    "config": ApiCategory.MODEL_CONFIG,
+    "infer": ApiCategory.INFERENCE,
+    "generate": ApiCategory.INFERENCE,
+    "generate_stream": ApiCategory.INFERENCE,
+    "stats": ApiCategory.STATISTICS,
+    "trace": ApiCategory.TRACE,
+}
+
+
+def _model_path_category(segments: list[str]) -> ApiCategory:
+    """``{model}[/versions/{v}][/{suffix}...]``, read as the routes read it: the first segment is the model's
+    name whatever it is (a model may be called ``infer`` or ``ready``), then an optional version, then what
+    is asked of it; ``/v2/models/stats`` alone is the statistics of every model."""
+    if segments == ["stats"]:
+        return ApiCategory.STATISTICS
+    rest = segments[1:]
+    if len(rest) >= 2 and rest[0] == "versions":
+        rest = rest[2:]
+    if not rest:
+        return ApiCategory.METADATA
+    return _MODEL_SUFFIXES.get(rest[0], ApiCategory.METADATA)
 
 
 # -- gRPC: an interceptor over the whole service ------------------------------------------------------------
