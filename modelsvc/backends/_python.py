@@ -37,6 +37,7 @@ without ``TritonPythonModel`` fail the load; the message shows in the repository
 from __future__ import annotations
 
 import asyncio
+import importlib.abc
 import importlib.util
 import inspect
 import itertools
@@ -180,7 +181,7 @@ class _ModelFile:
                 raise ModelLoadError(f"cannot import '{artifact}'")
             module = importlib.util.module_from_spec(spec)
             sys.modules[name] = module
-            spec.loader.exec_module(module)
+            self._import(spec.loader, module)
         except ModelLoadError:
             self._undo()
             raise
@@ -189,6 +190,26 @@ class _ModelFile:
             logger.error("importing '%s' failed", artifact, exc_info=exc)
             raise ModelLoadError(f"failed to import '{artifact}': {type(exc).__name__}: {exc}") from exc
         self.module = module
+
+    def _import(self, loader: importlib.abc.Loader, module: ModuleType) -> None:
+        """Run model.py with this model's folders first on sys.path, then forget the helper modules it imported
+        from them: another model's ``import helpers`` finds its own file, and a reload reads the files anew.
+        (model.py keeps the helper modules it bound; Triton gets the same from a process per model.)"""
+        roots = [Path(p).resolve() for p in self._paths]
+        with _import_lock:
+            saved = list(sys.path)
+            before = set(sys.modules)
+            sys.path[:0] = self._paths
+            try:
+                loader.exec_module(module)
+            finally:
+                sys.path[:] = saved
+                for name in set(sys.modules) - before:
+                    origin = getattr(sys.modules[name], "__file__", None)
+                    if name.startswith(self.package + ".") or not origin:
+                        continue
+                    if any(Path(origin).resolve().is_relative_to(root) for root in roots):
+                        del sys.modules[name]
 
     def model_class(self) -> type:
         cls = getattr(self.module, "TritonPythonModel", None)

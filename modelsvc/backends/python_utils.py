@@ -45,6 +45,8 @@ import numpy as np
 from modelsvc.protocol import (
     CONFIG_TO_WIRE,
     NUMPY_DTYPES,
+    AlreadyExists,
+    Cancelled,
     ErrorKind,
     InferRequest,
     InferResponse,
@@ -54,6 +56,7 @@ from modelsvc.protocol import (
     NotFound,
     RequestedOutput,
     Unavailable,
+    Unknown,
     Unsupported,
     serialize_bytes_tensor,
     wire_datatype,
@@ -159,11 +162,12 @@ class TritonModelException(Exception):
 
 _ERROR_FOR_CODE: dict[int, type[ModelsvcError]] = {
     TritonError.INVALID_ARG: InvalidArgument,
-    TritonError.ALREADY_EXISTS: InvalidArgument,
+    TritonError.ALREADY_EXISTS: AlreadyExists,
     TritonError.NOT_FOUND: NotFound,
     TritonError.UNAVAILABLE: Unavailable,
-    TritonError.CANCELLED: Unavailable,
+    TritonError.CANCELLED: Cancelled,
     TritonError.UNSUPPORTED: Unsupported,
+    TritonError.UNKNOWN: Unknown,
 }
 
 _CODE_FOR_KIND: dict[ErrorKind, int] = {
@@ -172,6 +176,9 @@ _CODE_FOR_KIND: dict[ErrorKind, int] = {
     ErrorKind.UNAVAILABLE: TritonError.UNAVAILABLE,
     ErrorKind.UNSUPPORTED: TritonError.UNSUPPORTED,
     ErrorKind.INTERNAL: TritonError.INTERNAL,
+    ErrorKind.ALREADY_EXISTS: TritonError.ALREADY_EXISTS,
+    ErrorKind.CANCELLED: TritonError.CANCELLED,
+    ErrorKind.UNKNOWN: TritonError.UNKNOWN,
 }
 
 

@@ -12,12 +12,16 @@ from ._datatypes import (
     wire_datatype,
 )
 from ._errors import (
+    ERROR_TYPES,
+    AlreadyExists,
+    Cancelled,
     ErrorKind,
     InternalError,
     InvalidArgument,
     ModelsvcError,
     NotFound,
     Unavailable,
+    Unknown,
     Unsupported,
 )
 from ._http_codec import (
@@ -34,9 +38,12 @@ from ._types import InferRequest, InferResponse, Parameters, RequestedOutput, Te
 __all__ = [
     "ALL_DATATYPES",
     "CONFIG_TO_WIRE",
+    "ERROR_TYPES",
     "HEADER_CONTENT_LENGTH",
     "NUMPY_DTYPES",
     "WIRE_TO_CONFIG",
+    "AlreadyExists",
+    "Cancelled",
     "ErrorKind",
     "InferRequest",
     "InferResponse",
@@ -48,6 +55,7 @@ __all__ = [
     "RequestedOutput",
     "Tensor",
     "Unavailable",
+    "Unknown",
     "Unsupported",
     "decode_infer_request",
     "decode_infer_response",

@@ -5,7 +5,14 @@
     ├── NotFound                  unknown model or version (HTTP 404, NOT_FOUND)
     ├── Unavailable               not ready, queue full, timeout expired, shutting down (HTTP 503, UNAVAILABLE)
     ├── Unsupported               a feature this server does not offer (HTTP 400, UNIMPLEMENTED)
-    └── InternalError             a fault inside the server; its detail is logged, not sent (HTTP 500, INTERNAL)
+    ├── AlreadyExists             a model says what it was asked to make exists (HTTP 400, ALREADY_EXISTS)
+    ├── Cancelled                 a model reports its request cancelled (HTTP 400, CANCELLED)
+    ├── Unknown                   a model reports an error of unknown kind (HTTP 400, UNKNOWN)
+    └── InternalError             a fault inside the server or a model (HTTP 500, INTERNAL)
+
+Every message is written for the client (a model's own message, a model name; never a traceback): an exception
+that is not a ModelsvcError is what the transports hide behind a fixed message, logging its detail. The three
+kinds a python model can report beyond the usual ones map as Triton maps them.
 
 The tables that map kinds to HTTP status and gRPC codes live with each transport.
 """
@@ -21,6 +28,9 @@ class ErrorKind(enum.Enum):
     UNAVAILABLE = "unavailable"
     UNSUPPORTED = "unsupported"
     INTERNAL = "internal"
+    ALREADY_EXISTS = "already_exists"
+    CANCELLED = "cancelled"
+    UNKNOWN = "unknown"
 
 
 class ModelsvcError(Exception):
@@ -50,6 +60,25 @@ class Unsupported(ModelsvcError):
 
 
 class InternalError(ModelsvcError):
-    """Sent to clients as a fixed message; the detail stays in the server log."""
+    """A fault inside the server or a model, with a message fit for the client."""
 
     kind = ErrorKind.INTERNAL
+
+
+class AlreadyExists(ModelsvcError):
+    kind = ErrorKind.ALREADY_EXISTS
+
+
+class Cancelled(ModelsvcError):
+    kind = ErrorKind.CANCELLED
+
+
+class Unknown(ModelsvcError):
+    kind = ErrorKind.UNKNOWN
+
+
+#: the error class of each kind, to raise an error again with more context and the same kind
+ERROR_TYPES: dict[ErrorKind, type[ModelsvcError]] = {
+    cls.kind: cls
+    for cls in (InvalidArgument, NotFound, Unavailable, Unsupported, InternalError, AlreadyExists, Cancelled, Unknown)
+}

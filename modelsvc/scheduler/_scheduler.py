@@ -346,8 +346,8 @@ class Scheduler:
             await self._drained.wait()
         for worker in self._threads:
             await asyncio.to_thread(worker.stop)
-        for inst in self._instances:
-            inst.close()
+        for inst in self._instances:  # off the loop: a python model's finalize() may take its time
+            await asyncio.to_thread(inst.close)
 
     # -- queueing -------------------------------------------------------------------------------
     def _enqueue(

@@ -29,17 +29,14 @@ import numpy as np
 
 from ..backends import ModelConfig, ModelLoadError
 from ..protocol import (
-    ErrorKind,
+    ERROR_TYPES,
     InferRequest,
     InferResponse,
     InternalError,
-    InvalidArgument,
     ModelsvcError,
-    NotFound,
     RequestedOutput,
     Tensor,
     Unavailable,
-    Unsupported,
 )
 from ..repository import EnsemblePlan, EnsembleStep
 from ..scheduler import ModelStats
@@ -50,15 +47,6 @@ if TYPE_CHECKING:
 
 Arrays = dict[str, np.ndarray[Any, Any]]
 logger = logging.getLogger("modelsvc.ensemble")
-
-_ERRORS: dict[ErrorKind, type[ModelsvcError]] = {
-    ErrorKind.INVALID_ARGUMENT: InvalidArgument,
-    ErrorKind.NOT_FOUND: NotFound,
-    ErrorKind.UNAVAILABLE: Unavailable,
-    ErrorKind.UNSUPPORTED: Unsupported,
-    ErrorKind.INTERNAL: InternalError,
-}
-
 
 class InferTarget(Protocol):
     """Where steps go: the data plane's inference path."""
@@ -268,7 +256,7 @@ class EnsembleScheduler:
         try:
             return await target.infer(step.model_name, step.version_text, request)
         except ModelsvcError as exc:
-            kind = _ERRORS.get(exc.kind, InternalError)
+            kind = ERROR_TYPES.get(exc.kind, InternalError)
             raise kind(f"{self._label} {step.label}: {exc.message}") from exc
         except Exception as exc:
             logger.error("%s %s failed", self._label, step.label, exc_info=exc)

@@ -10,6 +10,10 @@ HTTP_STATUS: dict[ErrorKind, int] = {
     ErrorKind.UNAVAILABLE: 503,
     ErrorKind.UNSUPPORTED: 400,
     ErrorKind.INTERNAL: 500,
+    # what Triton's HTTP endpoint answers for the kinds with no HTTP status of their own
+    ErrorKind.ALREADY_EXISTS: 400,
+    ErrorKind.CANCELLED: 400,
+    ErrorKind.UNKNOWN: 400,
 }
 
 INTERNAL_MESSAGE = "internal server error; see the server log"

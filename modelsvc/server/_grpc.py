@@ -65,6 +65,9 @@ GRPC_STATUS: dict[ErrorKind, grpc.StatusCode] = {
     ErrorKind.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
     ErrorKind.UNSUPPORTED: grpc.StatusCode.UNIMPLEMENTED,
     ErrorKind.INTERNAL: grpc.StatusCode.INTERNAL,
+    ErrorKind.ALREADY_EXISTS: grpc.StatusCode.ALREADY_EXISTS,
+    ErrorKind.CANCELLED: grpc.StatusCode.CANCELLED,
+    ErrorKind.UNKNOWN: grpc.StatusCode.UNKNOWN,
 }
 
 SHUTTING_DOWN = "the server is shutting down"
@@ -75,11 +78,10 @@ def _code(exc: BaseException) -> grpc.StatusCode:
 
 
 def grpc_status(exc: BaseException) -> tuple[grpc.StatusCode, str]:
-    """Code and client-facing message; an unexpected error is logged and shows nothing of itself."""
-    if isinstance(exc, ModelsvcError):
+    """Code and client-facing message; an unexpected exception is logged and shows nothing of itself."""
+    if isinstance(exc, ModelsvcError):  # its message is written for the client, as over HTTP
         if exc.kind is ErrorKind.INTERNAL:
             logger.error("internal error: %s", exc.message)
-            return grpc.StatusCode.INTERNAL, INTERNAL_MESSAGE
         return GRPC_STATUS[exc.kind], exc.message
     logger.error("unexpected error answering a gRPC request", exc_info=exc)
     return grpc.StatusCode.INTERNAL, INTERNAL_MESSAGE
