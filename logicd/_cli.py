@@ -1,7 +1,9 @@
-"""``logicd`` command line: ``serve`` runs one logic server; ``up`` runs a service's pair locally.
+"""``logicd`` command line: ``serve`` runs one logic server; ``up`` runs a service's pair locally; ``new`` writes a
+new service from a template.
 
     logicd serve SERVICE_DIR [--host H] [--port P] [--model-url URL]
     logicd up SERVICE_DIR [--host H] [--port P]
+    logicd new NAME [--template text-classifier|embedder|blank] [--no-input] [--force] [-o DIR]
 
 SERVICE_DIR is a service's folder (its ``service.yaml`` is read) or the ``.yaml`` file itself; omitted, the
 file named by ``$LOGICD_CONFIG`` is read, else ``./service.yaml``. ``LOGICD_`` overrides apply, and the flags
@@ -130,6 +132,34 @@ def _parser() -> argparse.ArgumentParser:
     )
     u.add_argument("--quiet", "-q", action="store_true", help="do not echo the servers' logs")
     u.add_argument("--log-level", choices=log_levels, default="info", help="the logic server's log level")
+
+    from ._new import DEFAULT_TEMPLATE, RULE, TEMPLATES
+
+    n = commands.add_parser(
+        "new",
+        help="write a new service from a template",
+        description="Write a complete service into DIR/NAME: its logic module, service.yaml, model repository, "
+        "build_model.py, tests (in-process and end to end), a load test, Helm values and the images' build "
+        "arguments. On a terminal the template's questions are asked; --no-input takes their defaults. "
+        "Exit status: 0 written, 2 a bad NAME, a folder in the way or a bad answer, 1 the template failed.",
+        epilog="templates: " + "; ".join(f"{name}: {what}" for name, what in TEMPLATES.items()),
+    )
+    n.add_argument("name", metavar="NAME", help=RULE)
+    n.add_argument(
+        "--template", "-t", choices=list(TEMPLATES), default=DEFAULT_TEMPLATE, help=f"default {DEFAULT_TEMPLATE}"
+    )
+    n.add_argument("--no-input", action="store_true", help="ask nothing: take the defaults (and the -d answers)")
+    n.add_argument(
+        "--output-dir", "-o", type=Path, default=Path(), metavar="DIR", help="where NAME/ goes (the current folder)"
+    )
+    n.add_argument(
+        "--force",
+        action="store_true",
+        help="write over an existing DIR/NAME: the template's files are replaced, anything else is kept",
+    )
+    n.add_argument(
+        "--data", "-d", action="append", default=[], metavar="KEY=VALUE", help="answer a question (port=9000)"
+    )
     return parser
 
 
@@ -137,6 +167,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "up":
         return _up(args)
+    if args.command == "new":
+        from ._new import command
+
+        return command(args)
     return _serve(args)
 
 

@@ -163,6 +163,17 @@ class _FieldError(ConfigError):
 _DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _MODEL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 
+NAME_RULE = (
+    "a DNS-1123 label (lower-case letters, digits and '-', starting and ending with a letter or digit,"
+    " at most 63 characters)"
+)
+"""The rule a service's ``name`` follows, as error messages state it."""
+
+
+def is_service_name(name: str) -> bool:
+    """Whether ``name`` may name a service (:data:`NAME_RULE`): it names the Kubernetes objects that deploy it."""
+    return len(name) <= 63 and _DNS1123_LABEL.fullmatch(name) is not None
+
 
 class _Section(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Base of the sections: immutable; unknown keys are errors. (Each subclass sets ``kw_only``.)"""
@@ -368,12 +379,8 @@ class ServiceConfig(_Section, frozen=True, kw_only=True):
     """Service-specific settings, passed through unchecked for the service object to read."""
 
     def __post_init__(self) -> None:
-        if len(self.name) > 63 or not _DNS1123_LABEL.fullmatch(self.name):
-            raise _FieldError(
-                "name",
-                "must be a DNS-1123 label (lower-case letters, digits and '-', starting and ending with a letter"
-                f" or digit, at most 63 characters), got {self.name!r}",
-            )
+        if not is_service_name(self.name):
+            raise _FieldError("name", f"must be {NAME_RULE}, got {self.name!r}")
         if not _valid_import_path(self.service):
             raise _FieldError("service", f"must be an import path 'package.module:attribute', got {self.service!r}")
         if not self.models:
