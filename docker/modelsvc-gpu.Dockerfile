@@ -75,10 +75,11 @@ RUN apt-get update \
     && mkdir -p /models /var/cache/modelsvc \
     && chown "${UID}:${UID}" /var/cache/modelsvc
 COPY --from=build /opt/venv /opt/venv
-# LD_LIBRARY_PATH: TensorRT's libraries (libnvinfer) from the pip wheel, for ONNX Runtime's TensorRT provider.
+# LD_LIBRARY_PATH: TensorRT's libraries (libnvinfer) from the pip wheel, for ONNX Runtime's TensorRT provider,
+# in front of the base image's own entries (/usr/local/nvidia/lib64: where some clusters mount the driver).
 # MODELSVC_CACHE_DIR: where remote (s3://) repositories are mirrored; an emptyDir in Kubernetes.
 ENV PATH=/opt/venv/bin:$PATH \
-    LD_LIBRARY_PATH=/opt/venv/tensorrt_libs:/usr/local/cuda/lib64 \
+    LD_LIBRARY_PATH=/opt/venv/tensorrt_libs:/usr/local/cuda/lib64:${LD_LIBRARY_PATH} \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     MODELSVC_CACHE_DIR=/var/cache/modelsvc

@@ -542,23 +542,23 @@ def test_repository_from_a_pvc(renderer: Renderer) -> None:
 def test_s3_repository_takes_credentials_from_a_secret_never_args(renderer: Renderer, server: str) -> None:
     docs = render_set(renderer, "s3-values.yaml", "--set", f"model.server={server}")
     c = container(docs, "model")
-    assert flag(c["args"], "model-repository") == "s3://models/doc-classifier"
+    assert flag(c["args"], "model-repository") == "s3://minio.storage.svc:9000/models/doc-classifier"
     assert flag(c["args"], "model-control-mode") == "poll"
     assert flag(c["args"], "repository-poll-secs") == "60"
     assert {"secretRef": {"name": "model-repository-s3"}} in c["envFrom"]
     env = {e["name"]: e.get("value") for e in c["env"]}
     assert env["AWS_DEFAULT_REGION"] == "eu-west-1"
-    assert env["AWS_ENDPOINT_URL_S3"] == "http://minio.storage.svc:9000"
     text = json.dumps(c["args"]) + json.dumps(c.get("command"))
     assert "model-repository-s3" not in text  # the Secret is named only in envFrom
     assert "AWS_" not in text
     spec = pod_spec(docs, "model")
     assert "initContainers" not in spec
     assert all(v["name"] != "model-repository" for v in spec["volumes"])
-    if server == "modelsvc":  # its mirror of the bucket goes to a bounded emptyDir
-        cache = next(m for m in c["volumeMounts"] if m["name"] == "repository-cache")
-        assert env["MODELSVC_CACHE_DIR"] == cache["mountPath"]
-        assert next(v for v in spec["volumes"] if v["name"] == "repository-cache")["emptyDir"]["sizeLimit"] == "20Gi"
+    # the local copy (modelsvc's mirror, Triton's download) goes to a bounded emptyDir
+    cache = next(m for m in c["volumeMounts"] if m["name"] == "repository-cache")
+    variable = "MODELSVC_CACHE_DIR" if server == "modelsvc" else "TRITON_AWS_MOUNT_DIRECTORY"
+    assert env[variable] == cache["mountPath"]
+    assert next(v for v in spec["volumes"] if v["name"] == "repository-cache")["emptyDir"]["sizeLimit"] == "20Gi"
     # the logic half gets nothing of it
     assert "envFrom" not in container(docs, "logic")
 
@@ -829,7 +829,7 @@ def test_notes_render(helm: Path, helm_env: dict[str, str], tmp_path: Path) -> N
         "--set-file",
         f"logic.serviceYaml={SERVICE_YAML}",
     )
-    assert "Model repository: s3://models/doc-classifier" in keda
+    assert "Model repository: s3://minio.storage.svc:9000/models/doc-classifier" in keda
     assert "KEDA ScaledObjects" in keda
     assert "serviceYaml is empty" not in keda
 

@@ -117,7 +117,21 @@ The autoscaling engine: "keda", "hpa", or "" (autoscaling off). "auto" asks the 
 Grace period of a half: preStop sleep + the server's drain bound + a margin. Call with the half's drain map.
 */}}
 {{- define "ml-service.terminationGracePeriod" -}}
-{{- add .preStopSleepSeconds .exitTimeoutSeconds .marginSeconds }}
+{{- add .drain.preStopSleepSeconds (include "ml-service.exitTimeout" .) .drain.marginSeconds }}
+{{- end }}
+
+{{/*
+A half's drain bound (--exit-timeout-secs): its drain.exitTimeoutSeconds, raised to service.yaml's
+model_service.timeout_s when that is longer, so a request waiting on the model at SIGTERM (the logic half) or
+a model call still in flight (the model half) is never cut. Call with (dict "root" $ "drain" $half.drain).
+*/}}
+{{- define "ml-service.exitTimeout" -}}
+{{- $bound := int .drain.exitTimeoutSeconds }}
+{{- if .root.Values.logic.serviceYaml }}
+{{- $timeout := dig "model_service" "timeout_s" 0 (fromYaml .root.Values.logic.serviceYaml) }}
+{{- $bound = max $bound (ceil (float64 $timeout) | int) }}
+{{- end }}
+{{- $bound }}
 {{- end }}
 
 {{/* The preStop hook of a half; call with the half's drain map. `sleep` is in every image (coreutils, busybox). */}}
@@ -215,6 +229,13 @@ Checks across values that the schema cannot express; each fails with a message t
 {{- end }}
 {{- if and (ne $repo.source "url") $repo.url }}
 {{- fail (printf "modelRepository.url is set but modelRepository.source is %s: set source: url, or unset url" $repo.source) }}
+{{- end }}
+{{- if and (eq $repo.source "url") (eq .Values.model.server "triton") }}
+{{- range $repo.env }}
+{{- if hasPrefix "AWS_ENDPOINT_URL" .name }}
+{{- fail (printf "modelRepository.env: Triton reads no %s; put the endpoint in modelRepository.url as Triton's s3://host:port/bucket/prefix (modelsvc reads that form too)" .name) }}
+{{- end }}
+{{- end }}
 {{- end }}
 {{- if .Values.logic.serviceYaml }}
 {{- $parsed := fromYaml .Values.logic.serviceYaml }}
