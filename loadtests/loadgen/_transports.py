@@ -1,0 +1,224 @@
+"""Sending one request and naming its failure: raw HTTP/1.1 keep-alive connections and a gRPC channel.
+
+A transport's ``request(payload)`` returns None on success or the kind of error: ``http 404``,
+``grpc NOT_FOUND``, ``connection error``, ``timeout``, ``protocol error``. The HTTP side writes prebuilt
+requests on plain asyncio connections and parses answers with httptools (already a dependency of the
+server): httpx costs several times more CPU per request, and on 2 shared cores the generator's own CPU
+is what bounds a load test of a fast model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import deque
+from typing import Any, Protocol, cast
+
+import httptools
+
+from loadtests.loadgen._inputs import Target, http_request
+from loadtests.loadgen._stats import ServerCounters
+
+CONNECTION_ERROR = "connection error"
+TIMEOUT = "timeout"
+PROTOCOL_ERROR = "protocol error"
+
+
+class Transport(Protocol):
+    async def request(self, payload: Any) -> str | None: ...
+
+    async def close(self) -> None: ...
+
+
+class _Connection(asyncio.Protocol):
+    """One keep-alive HTTP/1.1 connection, one request at a time."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._parser = httptools.HttpResponseParser(self)
+        self._transport: asyncio.Transport | None = None
+        self._waiter: asyncio.Future[int] | None = None
+        self._body: list[bytes] = []
+        self.usable = True
+
+    # asyncio.Protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass asyncio's
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._fail(exc)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.usable = False
+        self._fail(ConnectionResetError("connection closed by the server"))
+
+    # httptools callbacks
+    def on_body(self, body: bytes) -> None:
+        self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        if not self._parser.should_keep_alive():
+            self.usable = False
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(self._parser.get_status_code())
+
+    def _fail(self, exc: BaseException) -> None:
+        self.usable = False
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_exception(exc)
+        if self._transport is not None:
+            self._transport.close()
+
+    async def send(self, data: bytes, timeout: float) -> tuple[int, bytes]:
+        """Write one request and wait for its answer: (status, body)."""
+        assert self._transport is not None
+        self._waiter = waiter = self._loop.create_future()
+        self._body = []
+        self._transport.write(data)
+        timer = self._loop.call_later(timeout, self._fail, TimeoutError())
+        try:
+            status = await waiter
+        finally:
+            timer.cancel()
+        return status, b"".join(self._body)
+
+    def close(self) -> None:
+        self.usable = False
+        if self._transport is not None:
+            self._transport.close()
+
+
+class HttpTransport:
+    """A pool of keep-alive connections to one host: an idle one is reused, else a new one is opened."""
+
+    def __init__(self, host: str, port: int, timeout: float) -> None:
+        self.host, self.port, self.timeout = host, port, timeout
+        self._idle: deque[_Connection] = deque()
+        self._all: set[_Connection] = set()
+
+    async def _connect(self) -> _Connection:
+        loop = asyncio.get_running_loop()
+        _, conn = await asyncio.wait_for(
+            loop.create_connection(lambda: _Connection(loop), self.host, self.port), self.timeout
+        )
+        self._all.add(conn)
+        return conn
+
+    async def exchange(self, data: bytes) -> tuple[int, bytes]:
+        """Send a prebuilt request; raises OSError (connection) or TimeoutError."""
+        conn = self._idle.pop() if self._idle else await self._connect()
+        try:
+            answer = await conn.send(data, self.timeout)
+        except BaseException:
+            conn.close()
+            self._all.discard(conn)
+            raise
+        if conn.usable:
+            self._idle.append(conn)
+        else:
+            conn.close()
+            self._all.discard(conn)
+        return answer
+
+    async def request(self, payload: bytes) -> str | None:
+        try:
+            status, _ = await self.exchange(payload)
+        except TimeoutError:
+            return TIMEOUT
+        except httptools.HttpParserError:
+            return PROTOCOL_ERROR
+        except OSError:
+            return CONNECTION_ERROR
+        return None if 200 <= status < 300 else f"http {status}"
+
+    async def close(self) -> None:
+        for conn in list(self._all):
+            conn.close()
+        self._all.clear()
+        self._idle.clear()
+
+
+class GrpcTransport:
+    """One grpc.aio channel (HTTP/2 multiplexes the concurrent calls) and the v2 service stub."""
+
+    def __init__(self, host: str, port: int, timeout: float) -> None:
+        import grpc
+        from tritonclient.grpc import service_pb2_grpc
+
+        self._grpc = grpc
+        self.timeout = timeout
+        self.channel = grpc.aio.insecure_channel(
+            f"{host}:{port}",
+            options=[("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)],
+        )
+        self.stub = service_pb2_grpc.GRPCInferenceServiceStub(self.channel)
+
+    async def request(self, payload: Any) -> str | None:
+        try:
+            await self.stub.ModelInfer(payload, timeout=self.timeout)
+        except self._grpc.aio.AioRpcError as exc:
+            code = exc.code()
+            return TIMEOUT if code == self._grpc.StatusCode.DEADLINE_EXCEEDED else f"grpc {code.name}"
+        return None
+
+    async def close(self) -> None:
+        await self.channel.close()
+
+
+def open_transport(target: Target, timeout: float) -> Transport:
+    host, port = target.host_port
+    if target.protocol == "grpc":
+        return GrpcTransport(host, port, timeout)
+    return HttpTransport(host, port, timeout)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# statistics
+
+
+class StatsReader:
+    """Reads the model's cumulative counters (Triton's statistics) over HTTP or gRPC; None when unavailable."""
+
+    def __init__(self, target: Target, transport: Transport, timeout: float = 5.0) -> None:
+        self.target = target
+        self._grpc: GrpcTransport | None = None
+        self._http: HttpTransport | None = None
+        self._request = b""
+        if target.protocol == "grpc" and not target.stats_url:
+            assert isinstance(transport, GrpcTransport)
+            self._grpc = transport
+        elif target.stats_url or target.protocol == "http":
+            stats_target = Target(target.stats_url or target.url, target.model, target.model_version)
+            host, port = stats_target.host_port
+            self._http = HttpTransport(host, port, timeout)
+            self._request = http_request("GET", host, port, f"{stats_target.model_path}/stats", b"", {})
+
+    async def read(self) -> ServerCounters | None:
+        if not self.target.model:
+            return None
+        if self._grpc is not None:
+            from google.protobuf import json_format
+            from tritonclient.grpc import service_pb2
+
+            ask = service_pb2.ModelStatisticsRequest(name=self.target.model, version=self.target.model_version)
+            try:
+                answer = await self._grpc.stub.ModelStatistics(ask, timeout=5.0)
+            except self._grpc._grpc.aio.AioRpcError:
+                return None
+            return ServerCounters.from_stats_json(json_format.MessageToDict(answer, preserving_proto_field_name=True))
+        if self._http is not None:
+            try:
+                status, body = await self._http.exchange(self._request)
+                if status != 200:
+                    return None
+                return ServerCounters.from_stats_json(json.loads(body))
+            except (OSError, TimeoutError, ValueError, httptools.HttpParserError):
+                return None
+        return None
+
+    async def close(self) -> None:
+        if self._http is not None:
+            await self._http.close()
