@@ -155,7 +155,8 @@ def _parser() -> argparse.ArgumentParser:
     n.add_argument(
         "--force",
         action="store_true",
-        help="write over an existing DIR/NAME: the template's files are replaced, anything else is kept",
+        help="write over an existing DIR/NAME with the answers recorded there: the template's files are replaced "
+        "(and listed), anything else is kept",
     )
     n.add_argument(
         "--data", "-d", action="append", default=[], metavar="KEY=VALUE", help="answer a question (port=9000)"

@@ -31,6 +31,7 @@ SERVICES = ("doc_classifier", "embedder")
 BUILT_MODELS = [ROOT / "services" / s / "model_repository" / "minilm" / "1" / "model.onnx" for s in SERVICES]
 CHART = ROOT / "helm" / "ml-service"
 EXPECTED = {
+    ".copier-answers.yml",
     ".gitignore",
     "README.md",
     "build_model.py",
@@ -39,6 +40,7 @@ EXPECTED = {
     "example.json",
     "loadtest/locustfile.py",
     "pytest.ini",
+    "ruff.toml",
     "service.yaml",
     "tests/conftest.py",
 }
@@ -390,6 +392,8 @@ def test_an_existing_folder_is_kept_without_force_and_written_over_with_it(tmp_p
 
     done = new("svc", "-t", "blank", "--no-input", "--force", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
+    assert "  service.yaml  (replaced)" in done.stdout  # what --force replaced is listed
+    assert "notes.txt" not in done.stdout  # what it keeps is not
     assert (folder / "service.yaml").read_text() == pristine  # the template's files are written again
     assert (folder / "notes.txt").read_text() == "mine"  # anything else is kept
     assert built.read_bytes() == b"a built model"
