@@ -1,0 +1,57 @@
+"""The example services' locustfiles run against the real pairs (modelsvc + logicd): a few seconds of headless
+locust with two users must send requests and see no failure, every answer's checks included."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests._server import ROOT
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(importlib.util.find_spec("locust") is None, reason="locust is not installed (dev extra)"),
+]
+
+RUN_SECONDS = 5
+
+
+@pytest.fixture(scope="module")
+def built() -> None:
+    from services import build
+
+    build.build()
+    assert not build.missing(), build.missing()
+
+
+@pytest.mark.parametrize("service", ["doc_classifier", "embedder"])
+def test_locustfile_runs_clean(service: str, built: None, tmp_path: Path) -> None:
+    from services.conftest import Pair
+
+    locustfile = ROOT / "services" / service / "locustfile.py"
+    prefix = tmp_path / "stats"
+    with Pair(service) as pair:
+        run = subprocess.run(
+            [
+                *(sys.executable, "-m", "locust", "-f", str(locustfile), "--host", pair.base),
+                *("--headless", "-u", "2", "-r", "2", "-t", f"{RUN_SECONDS}s", "--stop-timeout", "20"),
+                *("--csv", str(prefix), "--only-summary", "--loglevel", "WARNING"),
+            ],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,  # the locustfile must find the repository by itself, as from any folder
+            timeout=90,
+        )
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, output
+    with (tmp_path / "stats_stats.csv").open(newline="") as f:
+        rows = {row["Name"]: row for row in csv.DictReader(f)}
+    total = rows["Aggregated"]
+    assert int(total["Request Count"]) > 0, output
+    assert int(total["Failure Count"]) == 0, output
+    assert len(rows) >= 3, rows  # several kinds of request, besides the aggregate
