@@ -15,6 +15,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import IO
 
 import httpx
 
@@ -69,7 +70,7 @@ class ServerProcess:
         self.argv = list(argv)
         self.http_port = http_port
         self.env = env
-        self._log = tempfile.NamedTemporaryFile(prefix=f"{name}-", suffix=".log", delete=False)  # noqa: SIM115
+        self._log: IO[bytes] | None = None  # created when started, removed when stopped
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -80,18 +81,29 @@ class ServerProcess:
     def base_url(self) -> str:
         return f"http://{self.url}"
 
+    @property
+    def log_path(self) -> Path | None:
+        """The server's output (stdout and stderr) once started; removed when the server stops, kept when it failed
+        to start."""
+        return Path(self._log.name) if self._log is not None else None
+
     def log_tail(self, chars: int = 4000) -> str:
-        return Path(self._log.name).read_text(errors="replace")[-chars:]
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:] if self.log_path else ""
+        except OSError:
+            return ""
 
     def __enter__(self) -> ServerProcess:
-        self.proc = subprocess.Popen(self.argv, stdout=self._log, stderr=subprocess.STDOUT, env=self.env)
+        self._log = tempfile.NamedTemporaryFile(prefix=f"{self.name}-", suffix=".log", delete=False)
+        try:
+            self.proc = subprocess.Popen(self.argv, stdout=self._log, stderr=subprocess.STDOUT, env=self.env)
+        except OSError:
+            self._remove_log()  # nothing was written to it
+            raise
         deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"{self.name} exited with code {self.proc.returncode} before it was ready.\n"
-                    f"command: {' '.join(self.argv)}\n--- its output ---\n{self.log_tail()}"
-                )
+                raise self._failed(f"exited with code {self.proc.returncode} before it was ready")
             try:
                 if httpx.get(f"{self.base_url}/v2/health/ready", timeout=2.0).status_code == 200:
                     return self
@@ -99,8 +111,15 @@ class ServerProcess:
                 pass
             time.sleep(0.25)
         self.stop()
-        raise RuntimeError(
-            f"{self.name} not ready after {READY_TIMEOUT_S:.0f} s.\n"
+        raise self._failed(f"not ready after {READY_TIMEOUT_S:.0f} s")
+
+    def _failed(self, what: str) -> RuntimeError:
+        """The start failed: keep the log (its path is printed, and named in the error) for the user to read."""
+        assert self._log is not None
+        self._log.close()
+        print(f"{self.name} {what}; its output is kept in {self.log_path}", file=sys.stderr)
+        return RuntimeError(
+            f"{self.name} {what} (log: {self.log_path}).\n"
             f"command: {' '.join(self.argv)}\n--- its output ---\n{self.log_tail()}"
         )
 
@@ -122,7 +141,12 @@ class ServerProcess:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
-        self._log.close()
+        self._remove_log()
+
+    def _remove_log(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            Path(self._log.name).unlink(missing_ok=True)
 
 
 # ---------------------------------------------------------------------------------------------------------

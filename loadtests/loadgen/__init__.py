@@ -13,12 +13,14 @@ Command line: ``python -m loadtests.loadgen --help``. Python API::
 
 How it measures, as perf_analyzer does: after ``warmup_s`` of load, windows of ``window_s`` follow until the
 last three have throughput and average latency within ±``stability_pct`` % of their mean (or ``max_windows``
-pass, and the result says it is not stable), or exactly ``windows`` of them when that is set. The reported
-figures merge the last three windows (all of them with a fixed count). Closed loop keeps ``concurrency``
-requests outstanding; open loop (``request_rate``) sends at exponential intervals and times each request from
-its scheduled send, so a generator or server that falls behind shows in the latency (``late`` counts sends
-delayed over 1 ms, ``dropped`` those not sent because ``max_inflight`` were outstanding). For modelsvc or
-Triton targets the model's statistics are read around the windows for the server-side split.
+pass, and the result says it is not stable), or exactly ``windows`` of them when that is set (``stable`` is then
+None: not checked). The reported figures merge the last three windows (all of them with a fixed count). Closed
+loop keeps ``concurrency`` requests outstanding; every request sent ends as a success or a counted error kind
+(``client error: <Exception>`` when the generator itself failed); open loop (``request_rate``) sends at
+exponential intervals and times each request from its scheduled send, so a generator or server that falls
+behind shows in the latency (``late`` counts sends delayed over 1 ms, ``dropped`` those not sent because
+``max_inflight`` were outstanding). For modelsvc or Triton targets the model's statistics are read around the
+windows for the server-side split (None, with a note in ``Result.notes``, when they could not be read).
 """
 
 from loadtests.loadgen._inputs import InputSpec, LoadgenError, Payloads, Target, parse_shape, prepare

@@ -265,17 +265,34 @@ def v2_tensors(specs: Sequence[TensorSpec], max_batch: int, inputs: InputSpec) -
                 if s.name not in entry:
                     raise LoadgenError(f"--input-data {mode}: entry {i} lacks input {s.name}")
                 default = _resolve_dims(s, inputs.shapes) if s.name in inputs.shapes or -1 not in s.dims else None
-                sample[s.name] = _from_entry(s, entry[s.name], default)
+                try:
+                    sample[s.name] = _from_entry(s, entry[s.name], default)
+                except (ValueError, TypeError) as exc:  # a reshape to the wrong size, ragged lists, bad base64
+                    want = f" (want shape {list(default)})" if default is not None else ""
+                    raise LoadgenError(f"--input-data {mode}: entry {i}, input {s.name}: {exc}{want}") from None
             per_sample.append(sample)
         described = f"{len(per_sample)} entries of {mode}"
     requests = []
     for start in range(len(per_sample)):
         if max_batch:
-            picks = [per_sample[(start + k) % len(per_sample)] for k in range(inputs.batch_size)]
-            requests.append({s.name: np.stack([p[s.name] for p in picks]) for s in specs})
+            indices = [(start + k) % len(per_sample) for k in range(inputs.batch_size)]
+            requests.append({s.name: _batch(s.name, [per_sample[k][s.name] for k in indices], indices, inputs, mode)
+                             for s in specs})  # fmt: skip
         else:
             requests.append(per_sample[start])
     return requests, described
+
+
+def _batch(name: str, arrays: Sequence[Array], indices: Sequence[int], inputs: InputSpec, source: str) -> Array:
+    """The batch of one input: the samples stacked (they must all have the same shape)."""
+    try:
+        return np.stack(arrays)
+    except ValueError:
+        shapes = ", ".join(f"entry {i} {list(a.shape)}" for i, a in zip(indices, arrays, strict=True))
+        raise LoadgenError(
+            f"--input-data {source}: input {name} has different shapes in the entries batched together "
+            f"({shapes}); with --batch-size {inputs.batch_size} every entry must have the same shape"
+        ) from None
 
 
 def _raw(arr: Array, datatype: str) -> bytes:

@@ -66,8 +66,9 @@ def format_table(results: Sequence[Result]) -> str:
     for r in results:
         level = f"rate {r.request_rate:g}/s" if r.request_rate is not None else f"concurrency {r.concurrency}"
         notes = []
-        if not r.stable:
+        if r.stable is False:  # None: a fixed window count, not checked
             notes.append(f"not stable after {r.windows} windows")
+        notes += r.notes
         if r.errors:
             notes.append("errors: " + ", ".join(f"{k} x{v}" for k, v in sorted(r.errors.items())))
         if r.server:

@@ -28,6 +28,17 @@ from loadtests.loadgen._transports import CONNECTION_ERROR, StatsReader, Transpo
 LATE_S = 0.001
 #: closed loop: pause after a connection error so that a dead server is not hammered in a hot loop
 ERROR_PAUSE_S = 0.01
+#: the error kind of a request whose sending raised in the generator itself
+CLIENT_ERROR = "client error"
+
+
+async def _send(transport: Transport, payload: Any) -> str | None:
+    """``transport.request`` that never raises (but for cancellation): an exception becomes an error kind, so that
+    every request sent ends as a success or a counted error."""
+    try:
+        return await transport.request(payload)
+    except Exception as exc:
+        return f"{CLIENT_ERROR}: {type(exc).__name__}"
 
 
 @dataclass(frozen=True)
@@ -73,13 +84,16 @@ class Result:
     latency_ms: dict[str, float]
     errors: dict[str, int]
     windows: int
-    stable: bool
+    stable: bool | None
+    """Whether the last windows met the stability rule; None when a fixed window count was asked (not checked)."""
     sent_per_s: float = math.nan
     late: int = 0
     dropped: int = 0
     client_cpu_pct: float = math.nan
     server: ServerSplit | None = None
-    window_log: list[dict[str, float]] = field(default_factory=list)
+    window_log: list[dict[str, float | None]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    """What went wrong around the measurement without ending it (e.g. the server's statistics were unreadable)."""
 
     @property
     def error_count(self) -> int:
@@ -179,14 +193,14 @@ async def _closed_worker(rec: _Recorder, transport: Transport, items: Sequence[A
         i += 1
         rec.window.sent += 1
         t0 = clock()
-        error = await transport.request(payload)
+        error = await _send(transport, payload)
         elapsed = clock() - t0
         window = rec.window
         if error is None:
             window.latencies.append(elapsed)
         else:
             window.errors[error] += 1
-            if error == CONNECTION_ERROR:
+            if error == CONNECTION_ERROR or error.startswith(CLIENT_ERROR):
                 await asyncio.sleep(ERROR_PAUSE_S)
 
 
@@ -201,7 +215,7 @@ async def _open_loop(rec: _Recorder, transport: Transport, items: Sequence[Any],
     async def one(scheduled: float, payload: Any) -> None:
         nonlocal inflight
         try:
-            error = await transport.request(payload)
+            error = await _send(transport, payload)
         finally:
             inflight -= 1
         window = rec.window
@@ -245,9 +259,17 @@ async def measure(
     else:
         tasks = [asyncio.create_task(_closed_worker(rec, transport, items, k)) for k in range(load.concurrency)]
     clock = time.perf_counter
+    notes: list[str] = []
+
+    async def snapshot(when: str) -> ServerCounters | None:
+        counters = await stats.read()
+        if counters is None and stats.problem:
+            notes.append(f"server statistics unreadable {when}: {stats.problem}")
+        return counters
+
     try:
         await asyncio.sleep(load.warmup_s)
-        snapshots: list[ServerCounters | None] = [await stats.read()]
+        snapshots: list[ServerCounters | None] = [await snapshot("before window 1")]
         windows: list[Window] = []
         cpu0 = time.process_time()
         started = t0 = clock()
@@ -256,11 +278,13 @@ async def measure(
         stable = False
         while len(windows) < limit:
             await asyncio.sleep(load.window_s)
+            # the statistics first, then the window ends: what completes while they are read counts on both sides,
+            # so the server's and the client's counts differ by at most the requests in flight at each boundary
+            snapshots.append(await snapshot(f"after window {len(windows) + 1}"))
             now = clock()
             done, rec.window = rec.window, Window(0.0)
             done.seconds, t0 = now - t0, now
             windows.append(done)
-            snapshots.append(await stats.read())
             stable = load.windows is None and is_stable(windows, load.stability_pct)
             if progress is not None:
                 done.latencies.sort()
@@ -286,6 +310,8 @@ async def measure(
     lat_ms["max"] = 1000 * total.latencies[-1] if total.latencies else math.nan
     first, last = snapshots[len(windows) - len(used)], snapshots[-1]
     server = ServerSplit.between(first, last) if first is not None and last is not None else None
+    if server is None and notes:
+        notes.append("no server-side split: the statistics around the measured windows could not be read")
     return Result(
         protocol=target.protocol,
         url=target.url,
@@ -300,7 +326,7 @@ async def measure(
         latency_ms=lat_ms,
         errors=dict(total.errors),
         windows=len(windows),
-        stable=stable or load.windows is not None,
+        stable=None if load.windows else stable,
         sent_per_s=total.sent / total.seconds if total.seconds else math.nan,
         late=total.late,
         dropped=total.dropped,
@@ -312,10 +338,19 @@ async def measure(
                 "throughput": w.throughput,
                 "avg_ms": 1000 * w.mean_latency,
                 "errors": sum(w.errors.values()),
+                "server_requests": _server_requests(before, after),
             }
-            for w in windows
+            for w, before, after in zip(windows, snapshots, snapshots[1:], strict=False)
         ],
+        notes=notes,
     )
+
+
+def _server_requests(before: ServerCounters | None, after: ServerCounters | None) -> float | None:
+    """The requests the server counted during one window; None when a snapshot around it is missing."""
+    if before is None or after is None:
+        return None
+    return float(ServerSplit.between(before, after).requests)
 
 
 def _event_loop_runner() -> Callable[[Any], Any]:
