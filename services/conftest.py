@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import os
+
+# The tests start servers with subprocess and a preexec_fn, that is fork then exec, from a process whose gRPC
+# clients may be busy on other threads. gRPC's fork handlers then run in the child and can abort it before
+# exec ("epoll_wait error: Bad file descriptor"). The children exec at once and need none of that.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
 from collections.abc import Iterator
 from pathlib import Path
 
