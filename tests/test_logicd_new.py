@@ -25,6 +25,7 @@ from logicd._cli import main
 from logicd._config import NAME_RULE
 from logicd._new import TEMPLATES, name_error
 from tests._server import ROOT, Up, free_port
+from tests.test_helm_chart import helm  # noqa: F401  (a session fixture)
 
 CACHE_NAME = "all-MiniLM-L6-v2.mean.optimized.onnx"
 SERVICES = ("doc_classifier", "embedder")
@@ -176,18 +177,8 @@ def test_the_helm_values_set_only_keys_the_chart_has(generated):
         assert unknown == [], f"{template}: keys the chart does not have: {unknown}"
 
 
-def helm_binary() -> Path | None:
-    """A helm 3 to render the chart with, if there is one: $HELM, the one tests/test_helm_chart.py keeps in .tools,
-    or one on PATH. (This test installs none.)"""
-    candidates = [os.environ.get("HELM"), *sorted(str(p) for p in (ROOT / ".tools").glob("helm-*/helm"))]
-    candidates.append(shutil.which("helm"))
-    return next((Path(c) for c in candidates if c and Path(c).is_file()), None)
-
-
-@pytest.mark.skipif(helm_binary() is None or not (CHART / "templates").is_dir(), reason="no helm binary, or no chart")
-def test_the_chart_renders_the_service_with_its_values(generated, tmp_path):
-    helm = helm_binary()
-    assert helm is not None
+def test_the_chart_renders_the_service_with_its_values(generated, tmp_path, helm):  # noqa: F811 (the fixture)
+    """``helm``: tests/test_helm_chart.py's fixture ($HELM, or the helm it keeps in .tools, installed when missing)."""
     home = tmp_path / "helm-home"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HELM_", "KUBE"))}
     env.update(
