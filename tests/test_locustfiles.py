@@ -4,19 +4,24 @@ locust with two users must send requests and see no failure, every answer's chec
 from __future__ import annotations
 
 import csv
-import importlib.util
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests._server import ROOT
+from tests._venvs import ensure_venv
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(importlib.util.find_spec("locust") is None, reason="locust is not installed (dev extra)"),
-]
+pytestmark = pytest.mark.integration
+
+LOCUST_VENV = ROOT / ".venv-locust"
+LOCUST_REQUIREMENTS = ("locust==2.47.0",)
+"""locust lives in its own environment: it wants geventhttpclient >= 2.5, tritonclient[http] 2.51 <= 2.0.2."""
+
+
+@pytest.fixture(scope="module")
+def locust() -> Path:
+    return ensure_venv(LOCUST_VENV, LOCUST_REQUIREMENTS, "locust")
 
 RUN_SECONDS = 5
 
@@ -30,7 +35,7 @@ def built() -> None:
 
 
 @pytest.mark.parametrize("service", ["doc_classifier", "embedder"])
-def test_locustfile_runs_clean(service: str, built: None, tmp_path: Path) -> None:
+def test_locustfile_runs_clean(service: str, built: None, locust: Path, tmp_path: Path) -> None:
     from services.conftest import Pair
 
     locustfile = ROOT / "services" / service / "locustfile.py"
@@ -38,7 +43,7 @@ def test_locustfile_runs_clean(service: str, built: None, tmp_path: Path) -> Non
     with Pair(service) as pair:
         run = subprocess.run(
             [
-                *(sys.executable, "-m", "locust", "-f", str(locustfile), "--host", pair.base),
+                *(str(locust), "-f", str(locustfile), "--host", pair.base),
                 *("--headless", "-u", "2", "-r", "2", "-t", f"{RUN_SECONDS}s", "--stop-timeout", "20"),
                 *("--csv", str(prefix), "--only-summary", "--loglevel", "WARNING"),
             ],

@@ -8,39 +8,25 @@ free 127.0.0.1 ports, waiting for ``/v2/health/ready`` and failing loudly with M
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import re
-import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import httpx
-import pytest
 
 from tests._server import ROOT, free_port
+from tests._venvs import ensure_venv
 
 VENV = ROOT / ".venv-mlserver"
 REQUIREMENTS = ("mlserver==1.7.1", "uvloop<0.22")
 """MLServer and the uvloop its parallel workers need (see shared/DESIGN.md); pinned, so the env is rebuilt
 when this changes."""
-MARKER = VENV / ".modelsvc-requirements"
-LOCK = Path(tempfile.gettempdir()) / "modelsvc-venv-mlserver.lock"
-INTEROP_ENV = "MODELSVC_INTEROP"
-"""Set to 1 (CI does) to fail instead of skipping when the package registry cannot be reached."""
 READY_TIMEOUT_S = 120.0
 
-# pip's words for "the index could not be reached" (as opposed to a broken requirement or a build failure)
-_UNREACHABLE = re.compile(
-    r"No matching distribution found|Could not fetch URL|NewConnectionError|Failed to establish a new connection"
-    r"|Max retries exceeded|Temporary failure in name resolution|Name or service not known|ConnectTimeout"
-    r"|Network is unreachable|ProxyError|SSLError",
-)
 
 ECHO_MODEL = '''"""Echoes an FP32 tensor and a BYTES tensor, decoded and re-encoded with MLServer's codecs."""
 
@@ -83,54 +69,9 @@ ECHO_SETTINGS = {
 }
 
 
-def _unavailable(message: str) -> None:
-    """Fail under ``MODELSVC_INTEROP=1`` (CI), skip elsewhere."""
-    if os.environ.get(INTEROP_ENV) == "1":
-        pytest.fail(f"{message}\n({INTEROP_ENV}=1: interop tests must run)", pytrace=False)
-    pytest.skip(f"{message} (set {INTEROP_ENV}=1 to fail instead)")
-
-
 def ensure_env() -> Path:
-    """The ``mlserver`` executable of ``.venv-mlserver/``, creating the environment when it is missing or stale.
-
-    Test runs in other processes (another checkout's session, a second pytest) may ask at the same time:
-    a file lock lets one build while the others wait, then reuse."""
-    with LOCK.open("a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            return _ensure_env_locked()
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def _ensure_env_locked() -> Path:
-    mlserver = VENV / "bin" / "mlserver"
-    wanted = "\n".join(REQUIREMENTS)
-    if mlserver.exists() and MARKER.exists() and MARKER.read_text() == wanted:
-        return mlserver
-    if VENV.exists():  # half-built or built for other requirements
-        shutil.rmtree(VENV)
-    started = time.monotonic()
-    created = subprocess.run([sys.executable, "-m", "venv", str(VENV)], capture_output=True, text=True)
-    if created.returncode != 0:
-        pytest.fail(f"python -m venv {VENV} failed:\n{created.stdout}{created.stderr}", pytrace=False)
-    pip = subprocess.run(
-        [str(VENV / "bin" / "python"), "-m", "pip", "install", "--quiet", *REQUIREMENTS],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    if pip.returncode != 0:
-        output = "\n".join(line for line in (pip.stdout + pip.stderr).splitlines() if "is ignored" not in line)
-        shutil.rmtree(VENV, ignore_errors=True)
-        if _UNREACHABLE.search(output):
-            _unavailable(
-                f"could not install {' '.join(REQUIREMENTS)}: the package index is unreachable\n{output[-3000:]}"
-            )
-        pytest.fail(f"pip install {' '.join(REQUIREMENTS)} failed:\n{output[-3000:]}", pytrace=False)
-    MARKER.write_text(wanted)
-    print(f"created {VENV} in {time.monotonic() - started:.1f} s", file=sys.stderr)
-    return mlserver
+    """The ``mlserver`` executable of ``.venv-mlserver/``, created when missing or stale (tests/_venvs.py)."""
+    return ensure_venv(VENV, REQUIREMENTS, "mlserver")
 
 
 class MLServerProcess:

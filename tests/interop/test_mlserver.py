@@ -183,8 +183,10 @@ def test_server_side_errors_map_into_the_tree(mlserver: MLServerProcess) -> None
 
 def test_environment_is_reused(mlserver: MLServerProcess) -> None:
     """The session's env creation left a marker, so the next run starts MLServer without pip."""
-    from ._mlserver import MARKER, VENV
+    from tests._venvs import marker_of
 
-    assert MARKER.exists()
+    from ._mlserver import VENV
+
+    assert marker_of(VENV).exists()
     assert ensure_env() == VENV / "bin" / "mlserver"
     assert Path(mlserver.log_path).read_text().count("Loaded model 'echo'") == 1
