@@ -309,11 +309,13 @@ def mlserver_identity(executable: Path, workdir: Path) -> Iterator[str]:
 
 def mlserver_executable_or_none() -> Path | None:
     """``.venv-mlserver/bin/mlserver`` when tests/interop built it for the current requirements; never builds."""
+    from tests._venvs import marker_of
     from tests.interop import _mlserver
 
     exe = _mlserver.VENV / "bin" / "mlserver"
+    marker = marker_of(_mlserver.VENV)
     wanted = "\n".join(_mlserver.REQUIREMENTS)
-    if exe.exists() and _mlserver.MARKER.exists() and _mlserver.MARKER.read_text() == wanted:
+    if exe.exists() and marker.exists() and marker.read_text() == wanted:
         return exe
     return None
 
