@@ -10,12 +10,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Self
+from typing import Self, TypeVar
 
 import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
+T = TypeVar("T")
 
 
 def _die_with_parent() -> None:
@@ -221,3 +223,14 @@ class Up:
         for pid in self.pids().values():  # never leave a server behind, whatever the test found
             if not gone(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def wait_for(check: Callable[[], T], what: str, timeout: float = 30.0) -> T:
+    """Poll ``check`` until it gives something true; fail loudly after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        time.sleep(0.05)

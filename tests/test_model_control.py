@@ -6,8 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -20,7 +19,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests import onnx_models as om
-from tests._server import ModelsvcProcess
+from tests._server import ModelsvcProcess, wait_for
 from tests.conftest import identity_config
 
 pytestmark = pytest.mark.integration
@@ -29,17 +28,6 @@ WAIT = 30.0
 NO_LOAD = "explicit model load / unload is not allowed if polling is enabled"
 ROW = np.arange(16, dtype=np.float32).reshape(1, 16)
 T = TypeVar("T")
-
-
-def wait_for(check: Callable[[], T], what: str, timeout: float = WAIT) -> T:
-    """Poll ``check`` until it gives something true; fail loudly after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
-        time.sleep(0.05)
 
 
 def index(proc: ModelsvcProcess) -> dict[tuple[str, str | None], dict[str, Any]]:

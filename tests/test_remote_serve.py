@@ -3,8 +3,6 @@ in poll mode (the copy is refreshed before each poll) and on load requests in ex
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -14,7 +12,7 @@ import pytest
 import tritonclient.http as httpclient
 
 from tests import onnx_models as om
-from tests._server import ModelsvcProcess
+from tests._server import ModelsvcProcess, wait_for
 from tests.conftest import identity_config
 from tests.test_remote_repository import aws_env, bucket, moto, s3, upload  # noqa: F401 (fixtures)
 
@@ -23,16 +21,6 @@ pytestmark = pytest.mark.integration
 WAIT = 30.0
 ROW = np.arange(16, dtype=np.float32).reshape(1, 16)
 T = TypeVar("T")
-
-
-def wait_for(check: Callable[[], T], what: str, timeout: float = WAIT) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
-        time.sleep(0.1)
 
 
 def infer(client: httpclient.InferenceServerClient, model: str) -> Any:

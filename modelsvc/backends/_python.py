@@ -55,10 +55,10 @@ from typing import Any
 
 import numpy as np
 from google.protobuf import json_format
-from google.protobuf.descriptor import FieldDescriptor
 from tritonclient.grpc import model_config_pb2
 
 from modelsvc.protocol import CONFIG_TO_WIRE, NUMPY_DTYPES, InternalError, ModelsvcError, Unavailable
+from modelsvc.protocol._pbjson import message_to_json
 
 from . import python_utils as pb
 from ._base import Arrays, BatchRequest, ConfigMismatchError, ModelConfig, ModelInstance, ModelLoadError
@@ -81,35 +81,7 @@ def config_json(config: ModelConfig) -> dict[str, Any]:
     """The configuration as Triton hands it to python models (``args["model_config"]``): every field
     present with its default at every level (messages only where set), 64-bit integers as numbers,
     enums by name."""
-    return _message_json(config)
-
-
-def _message_json(message: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    field: Any
-    for field in message.DESCRIPTOR.fields:
-        value = getattr(message, field.name)
-        if field.message_type is not None and field.message_type.GetOptions().map_entry:
-            value_field = field.message_type.fields_by_name["value"]
-            out[field.name] = {str(k): _value_json(value_field, v) for k, v in value.items()}
-        elif field.label == FieldDescriptor.LABEL_REPEATED:
-            out[field.name] = [_value_json(field, v) for v in value]
-        elif (field.message_type is not None or field.containing_oneof is not None) and not message.HasField(
-            field.name
-        ):
-            continue  # an unset message, or an unset member of a oneof: absent, as protobuf prints them
-        else:
-            out[field.name] = _value_json(field, value)
-    return out
-
-
-def _value_json(field: Any, value: Any) -> Any:
-    if field.type == FieldDescriptor.TYPE_MESSAGE:
-        return _message_json(value)
-    if field.type == FieldDescriptor.TYPE_ENUM and field.enum_type is not None:
-        enum_value = field.enum_type.values_by_number.get(value)
-        return enum_value.name if enum_value is not None else value
-    return value
+    return message_to_json(config, defaults=True)
 
 
 def _transaction_policy_is_decoupled(config: ModelConfig) -> bool:

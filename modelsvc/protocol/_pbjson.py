@@ -22,22 +22,33 @@ _INT64 = {
 }
 
 
-def message_to_json(message: Message) -> dict[str, Any]:
+def message_to_json(message: Message, *, defaults: bool = False) -> dict[str, Any]:
+    """``message`` as Triton's JSON. ``defaults``: every field, with its default where unset (messages and oneof
+    members only where set), as Triton hands a config to python models; otherwise only the fields that are set."""
     out: dict[str, Any] = {}
-    for field, value in message.ListFields():
+    fields: list[tuple[Any, Any]]  # (FieldDescriptor, value): protobuf's stubs type the descriptor two ways
+    if defaults:
+        fields = [(f, getattr(message, f.name)) for f in message.DESCRIPTOR.fields]
+    else:
+        fields = list(message.ListFields())
+    for field, value in fields:
         if field.message_type is not None and field.message_type.GetOptions().map_entry:
             value_field = field.message_type.fields_by_name["value"]
-            out[field.name] = {str(k): _scalar(value_field, v) for k, v in value.items()}
-        elif field.label == FieldDescriptor.LABEL_REPEATED:  # type: ignore[attr-defined]
-            out[field.name] = [_scalar(field, v) for v in value]
+            out[field.name] = {str(k): _scalar(value_field, v, defaults) for k, v in value.items()}
+        elif field.label == FieldDescriptor.LABEL_REPEATED:
+            out[field.name] = [_scalar(field, v, defaults) for v in value]
+        elif defaults and (field.message_type is not None or field.containing_oneof is not None) and not (
+            message.HasField(field.name)
+        ):
+            continue  # an unset message, or an unset member of a oneof: absent, as protobuf prints them
         else:
-            out[field.name] = _scalar(field, value)
+            out[field.name] = _scalar(field, value, defaults)
     return out
 
 
-def _scalar(field: FieldDescriptor, value: Any) -> Any:
+def _scalar(field: FieldDescriptor, value: Any, defaults: bool = False) -> Any:
     if field.type == FieldDescriptor.TYPE_MESSAGE:
-        return message_to_json(value)
+        return message_to_json(value, defaults=defaults)
     if field.type == FieldDescriptor.TYPE_ENUM and field.enum_type is not None:
         enum_value = field.enum_type.values_by_number.get(value)
         return enum_value.name if enum_value is not None else value
