@@ -19,6 +19,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from ..protocol import InvalidArgument, Tensor, deserialize_bytes_tensor, numpy_dtype, serialize_bytes_tensor
 from ..protocol._pbjson import message_to_json
+from ..protocol._pbparams import parameters_from_proto, set_proto_parameter
 from ._core import InferResult
 from ._errors import ClientError, ConnectError, ConnectionLost, InvalidInput, ProtocolError, error_from_grpc
 
@@ -80,27 +81,11 @@ def _metadata(base: Mapping[str, str], extra: Mapping[str, str] | None) -> list[
 
 
 def _set_parameter(target: Any, name: str, value: Any) -> None:
-    """Fill one ``InferParameter`` (a oneof of bool, int64, string, double)."""
-    param = target[name]
-    if isinstance(value, bool | np.bool_):
-        param.bool_param = bool(value)
-    elif isinstance(value, int | np.integer):
-        param.int64_param = int(value)
-    elif isinstance(value, float | np.floating):
-        param.double_param = float(value)
-    elif isinstance(value, str):
-        param.string_param = value
-    else:
-        raise InvalidInput(f"parameter '{name}' must be a bool, int, float or str, got {type(value).__name__}")
-
-
-def _get_parameters(params: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for name, param in params.items():
-        kind = param.WhichOneof("parameter_choice")
-        if kind is not None:
-            out[str(name)] = getattr(param, kind)
-    return out
+    """Fill one ``InferParameter``; a value of another type is the caller's mistake."""
+    try:
+        set_proto_parameter(target, name, value)
+    except TypeError as exc:
+        raise InvalidInput(str(exc)) from None
 
 
 def _raw(tensor: Tensor) -> bytes:
@@ -179,7 +164,7 @@ def parse_response(response: Any) -> InferResult:
         outputs=outputs,
         datatypes=datatypes,
         id=response.id or None,
-        parameters=_get_parameters(response.parameters),
+        parameters=parameters_from_proto(response.parameters),
     )
 
 

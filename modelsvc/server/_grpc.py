@@ -43,6 +43,7 @@ from ..protocol import (
     numpy_dtype,
     serialize_bytes_tensor,
 )
+from ..protocol._pbparams import parameters_from_proto, set_proto_parameter
 from ._dataplane import DataPlane
 from ._errors import INTERNAL_MESSAGE, http_error
 from ._restricted import RestrictedApis, RestrictionInterceptor
@@ -112,27 +113,12 @@ _CONTENTS: dict[str, tuple[str, np.dtype[Any]]] = {
 }
 
 
-def _parameters(params: Any) -> dict[str, Any]:
-    """An ``InferParameter`` map as plain values (whichever of bool, int, string, double is set)."""
-    out: dict[str, Any] = {}
-    for key, param in params.items():
-        kind = param.WhichOneof("parameter_choice")
-        if kind is not None:
-            out[key] = getattr(param, kind)
-    return out
-
-
 def _set_parameters(target: Any, params: dict[str, Any]) -> None:
     for key, value in params.items():
-        param = target[key]
-        if isinstance(value, bool | np.bool_):
-            param.bool_param = bool(value)
-        elif isinstance(value, int | np.integer):
-            param.int64_param = int(value)
-        elif isinstance(value, float | np.floating):
-            param.double_param = float(value)
-        else:
-            param.string_param = str(value)
+        try:
+            set_proto_parameter(target, key, value)
+        except TypeError:
+            target[key].string_param = str(value)  # anything else travels as its text
 
 
 def _shape(entry: Any) -> tuple[int, ...]:
@@ -203,7 +189,7 @@ def decode_infer_request(message: Any) -> InferRequest:
     inputs: list[Tensor] = []
     for index, entry in enumerate(entries):
         shape = _shape(entry)
-        params = _parameters(entry.parameters) if entry.parameters else {}
+        params = parameters_from_proto(entry.parameters) if entry.parameters else {}
         if "shared_memory_region" in params:
             raise Unsupported(f"input '{entry.name}': shared memory is not supported by this server")
         if raws:
@@ -218,9 +204,10 @@ def decode_infer_request(message: Any) -> InferRequest:
     outputs = None
     if message.outputs:
         outputs = [
-            RequestedOutput(o.name, None, _parameters(o.parameters) if o.parameters else {}) for o in message.outputs
+            RequestedOutput(o.name, None, parameters_from_proto(o.parameters) if o.parameters else {})
+            for o in message.outputs
         ]
-    parameters = _parameters(message.parameters) if message.parameters else {}
+    parameters = parameters_from_proto(message.parameters) if message.parameters else {}
     return InferRequest(inputs=inputs, id=message.id or None, outputs=outputs, parameters=parameters)
 
 
