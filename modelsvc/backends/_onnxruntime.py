@@ -45,7 +45,7 @@ from tritonclient.grpc import model_config_pb2
 from modelsvc.protocol import InternalError, InvalidArgument, Unavailable
 
 from ._base import Arrays, ConfigMismatchError, ModelConfig, ModelInstance, ModelLoadError
-from ._devices import visible_gpus
+from ._devices import placements
 
 logger = logging.getLogger("modelsvc.backends.onnxruntime")
 
@@ -70,9 +70,6 @@ ORT_TO_CONFIG: dict[str, str] = {
 #: Triton's ``--backend-config=onnxruntime,default-max-batch-size`` default
 DEFAULT_MAX_BATCH_SIZE = 4
 
-_KIND_AUTO = model_config_pb2.ModelInstanceGroup.KIND_AUTO
-_KIND_GPU = model_config_pb2.ModelInstanceGroup.KIND_GPU
-_KIND_CPU = model_config_pb2.ModelInstanceGroup.KIND_CPU
 
 _CUDA = "CUDAExecutionProvider"
 _TRT = "TensorrtExecutionProvider"
@@ -439,30 +436,17 @@ class OnnxRuntimeBackend:
         options = _session_options(config)
         run_options = _run_options(config)
         allow_fallback = _bool_param(config, "allow_cpu_fallback", False)
-        groups = list(config.instance_group)
-        if not groups:  # a config that skipped the repository's defaults: Triton's default group
-            groups = [model_config_pb2.ModelInstanceGroup(name=config.name, kind=_KIND_AUTO, count=1)]
+        try:
+            where = placements(config, "onnxruntime")
+        except ValueError as exc:
+            raise ModelLoadError(str(exc)) from None
         instances: list[ModelInstance] = []
         try:
-            for index, group in enumerate(groups):
-                group_name = group.name or f"{config.name}_{index}"
-                kind = group.kind
-                if kind == _KIND_AUTO:
-                    kind = _KIND_GPU if visible_gpus() else _KIND_CPU
-                if kind == _KIND_CPU:
-                    devices: list[int | None] = [None]
-                elif kind == _KIND_GPU:
-                    devices = list(group.gpus) or [0]
-                else:
-                    raise ModelLoadError(
-                        f"instance group '{group_name}': kind {group.kind} is not supported by onnxruntime"
-                    )
-                count = max(group.count, 1)
-                total = count * len(devices)
-                for number in range(total):
-                    gpu = devices[number // count]
-                    name = group_name if total == 1 else f"{group_name}_{number}"
-                    instances.append(self._instance(config, artifact, name, gpu, options, run_options, allow_fallback))
+            for place in where:
+                name = place.group if place.total == 1 else f"{place.group}_{place.number}"
+                instances.append(
+                    self._instance(config, artifact, name, place.gpu, options, run_options, allow_fallback)
+                )
         except BaseException:
             for instance in instances:
                 instance.close()

@@ -62,13 +62,10 @@ from modelsvc.protocol._pbjson import message_to_json
 
 from . import python_utils as pb
 from ._base import Arrays, BatchRequest, ConfigMismatchError, ModelConfig, ModelInstance, ModelLoadError
-from ._devices import visible_gpus
+from ._devices import placements
 
 logger = logging.getLogger("modelsvc.backends.python")
 
-_KIND_AUTO = model_config_pb2.ModelInstanceGroup.KIND_AUTO
-_KIND_GPU = model_config_pb2.ModelInstanceGroup.KIND_GPU
-_KIND_CPU = model_config_pb2.ModelInstanceGroup.KIND_CPU
 
 _PACKAGE = "_modelsvc_python_models"
 """The (synthetic) package under which every model.py is imported."""
@@ -320,27 +317,15 @@ class PythonBackend:
 
 
 def _placements(config: ModelConfig) -> list[tuple[str, str, int]]:
-    """(instance name, kind "CPU"/"GPU", device id) for every instance the instance groups ask for."""
-    groups = list(config.instance_group)
-    if not groups:
-        groups = [model_config_pb2.ModelInstanceGroup(name=config.name, kind=_KIND_AUTO, count=1)]
-    placements = []
-    for index, group in enumerate(groups):
-        group_name = group.name or f"{config.name}_{index}"
-        kind = group.kind
-        if kind == _KIND_AUTO:
-            kind = _KIND_GPU if visible_gpus() else _KIND_CPU
-        if kind == _KIND_CPU:
-            devices = [0]
-        elif kind == _KIND_GPU:
-            devices = list(group.gpus) or [0]
-        else:
-            raise ModelLoadError(f"instance group '{group_name}': kind {group.kind} is not supported by python")
-        count = max(group.count, 1)
-        for number in range(count * len(devices)):
-            device = devices[number // count]
-            placements.append((f"{group_name}_{number}", "CPU" if kind == _KIND_CPU else "GPU", device))
-    return placements
+    """(instance name, kind "CPU"/"GPU", device id) for every instance the instance groups ask for; as in
+    Triton's python backend, every instance is numbered and a CPU instance has device id 0."""
+    try:
+        where = placements(config, "python")
+    except ValueError as exc:
+        raise ModelLoadError(str(exc)) from None
+    return [
+        (f"{p.group}_{p.number}", "CPU" if p.gpu is None else "GPU", 0 if p.gpu is None else p.gpu) for p in where
+    ]
 
 
 # --- outputs ------------------------------------------------------------------------------------------
