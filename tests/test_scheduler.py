@@ -310,3 +310,37 @@ async def test_close_without_start_releases_instances(stats):
     inst = GatedInstance()
     await Scheduler(config(), [inst], stats).close()
     assert inst.closed
+
+
+
+class _EarlyTimersLoop(asyncio.SelectorEventLoop):
+    """An event loop whose timers fire 2 ms early. uvloop's count whole milliseconds off libuv's
+    clock, which can put them a fraction of a millisecond ahead of time.monotonic (seen in CI)."""
+
+    def call_later(self, delay, callback, *args, context=None):
+        return super().call_later(max(0.0, delay - 0.002), callback, *args, context=context)
+
+
+def test_timeout_never_fires_before_its_deadline_when_the_loop_timer_is_early(stats):
+    timeout_ns = 5_000_000
+
+    async def main() -> list[int]:
+        inst = GatedInstance()
+        s = Scheduler(config(policies=(QueuePolicy(default_timeout_ns=timeout_ns),)), [inst], stats)
+        s.start()
+        busy = asyncio.ensure_future(s.infer(row(1), ["OUT"]))
+        await started(inst)
+        waits = []
+        for _ in range(20):
+            t0 = time.perf_counter_ns()
+            with pytest.raises(Unavailable, match="timeout expired"):
+                await s.infer(row(2), ["OUT"])
+            waits.append(time.perf_counter_ns() - t0)
+        inst.gate.set()
+        await busy
+        await s.close()
+        return waits
+
+    with asyncio.Runner(loop_factory=_EarlyTimersLoop) as runner:
+        waits = runner.run(main())
+    assert min(waits) >= timeout_ns, f"timed out after {min(waits) / 1e6:.3f} ms, before the 5 ms timeout"

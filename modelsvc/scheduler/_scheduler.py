@@ -398,7 +398,8 @@ class Scheduler:
         )
         timeout_ns = policy.default_timeout_ns if timeout_us is None else policy.timeout_ns(timeout_us)
         if timeout_ns:
-            item.timer = loop.call_later(timeout_ns / 1e9, self._expire, item, policy.timeout_action)
+            deadline_ns = item.enqueued_ns + timeout_ns
+            item.timer = loop.call_later(timeout_ns / 1e9, self._expire, item, policy.timeout_action, deadline_ns)
         queue.append(item)
         self._queued += 1
         return item
@@ -413,8 +414,15 @@ class Scheduler:
         if item.timer is not None:
             item.timer.cancel()
 
-    def _expire(self, item: WorkItem, action: TimeoutAction) -> None:
+    def _expire(self, item: WorkItem, action: TimeoutAction, deadline_ns: int) -> None:
         if item.queue is None:  # already running
+            return
+        early_ns = deadline_ns - perf_counter_ns()
+        if early_ns > 0:
+            # uvloop's timers count whole milliseconds of libuv's clock and can fire a fraction of a
+            # millisecond before perf_counter reaches the deadline: never time a request out early
+            assert self._loop is not None
+            item.timer = self._loop.call_later(early_ns / 1e9, self._expire, item, action, deadline_ns)
             return
         if action is TimeoutAction.DELAY:
             item.queue.remove(item)
