@@ -96,25 +96,35 @@ _paths_added: set[str] = set()
 _numbers = itertools.count(1)
 
 
+# sys.path is only ever replaced here, never changed in place: an import in another thread (the server
+# reads other models while this one loads) walks the list it read, and a change in place under that walk
+# skips entries, so a module beside them is "not found"
+
+
 def _add_paths(paths: Sequence[str]) -> None:
     with _import_lock:
+        added: list[str] = []
         for path in paths:
-            if _path_refs[path] == 0 and path not in sys.path:
-                sys.path.append(path)
+            if _path_refs[path] == 0 and path not in sys.path and path not in added:
+                added.append(path)
                 _paths_added.add(path)
             _path_refs[path] += 1
+        if added:
+            sys.path = [*sys.path, *added]
 
 
 def _remove_paths(paths: Sequence[str]) -> None:
     with _import_lock:
+        gone: set[str] = set()
         for path in paths:
             _path_refs[path] -= 1
             if _path_refs[path] <= 0:
                 del _path_refs[path]
                 if path in _paths_added:
                     _paths_added.discard(path)
-                    if path in sys.path:
-                        sys.path.remove(path)
+                    gone.add(path)
+        if gone:
+            sys.path = [p for p in sys.path if p not in gone]
 
 
 class _ModelFile:
@@ -166,19 +176,19 @@ class _ModelFile:
         (model.py keeps the helper modules it bound; Triton gets the same from a process per model.)"""
         roots = [Path(p).resolve() for p in self._paths]
         with _import_lock:
-            saved = list(sys.path)
+            saved = sys.path
             before = set(sys.modules)
-            sys.path[:0] = self._paths
+            sys.path = [*self._paths, *saved]
             try:
                 loader.exec_module(module)
             finally:
-                sys.path[:] = saved
+                sys.path = saved
                 for name in set(sys.modules) - before:
-                    origin = getattr(sys.modules[name], "__file__", None)
+                    origin = getattr(sys.modules.get(name), "__file__", None)  # another thread's import may have failed
                     if name.startswith(self.package + ".") or not origin:
                         continue
                     if any(Path(origin).resolve().is_relative_to(root) for root in roots):
-                        del sys.modules[name]
+                        sys.modules.pop(name, None)
 
     def model_class(self) -> type:
         cls = getattr(self.module, "TritonPythonModel", None)
