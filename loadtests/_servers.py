@@ -22,11 +22,21 @@ import httpx
 READY_TIMEOUT_S = 60.0
 
 
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    """A port free on 127.0.0.1 now, and never one this process handed out before: the socket that found it
+    closes at once, so the kernel may offer the same port again (a server then got one port for gRPC and
+    for metrics, and could not bind the second)."""
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port: int = s.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
+    raise RuntimeError("no port that this process has not handed out already")
 
 
 def _tree_pids(root: int) -> list[int]:

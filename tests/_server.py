@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -15,6 +14,8 @@ from pathlib import Path
 from typing import Self, TypeVar
 
 import httpx
+
+from loadtests._servers import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 T = TypeVar("T")
@@ -28,12 +29,6 @@ def _die_with_parent() -> None:
 
         PR_SET_PDEATHSIG = 1
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class ServerProcess:

@@ -20,7 +20,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -31,6 +30,8 @@ from types import ModuleType
 
 import httpx
 import pytest
+
+from tests._server import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKER = ROOT / "docker"
@@ -433,13 +434,6 @@ async def echo(request: Text, ctx: Context) -> Text:
 '''
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def test_logic_server_runs_without_onnxruntime_or_torch(tmp_path: Path) -> None:
     """`logicd serve` starts, answers, reports not-ready without its model service and stops with status 0 on
     SIGTERM, with onnxruntime and torch unimportable, as in the logic image."""
@@ -448,7 +442,7 @@ def test_logic_server_runs_without_onnxruntime_or_torch(tmp_path: Path) -> None:
         "name: echo\nservice: echo_service:service\nmodel_service:\n  url: http://127.0.0.1:1\n  timeout_s: 2\n"
         "models: [identity]\n"
     )
-    port = _free_port()
+    port = free_port()
     log = tmp_path / "logicd.log"
     with (
         log.open("w") as out,
