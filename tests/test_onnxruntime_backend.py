@@ -12,8 +12,8 @@ from onnx import numpy_helper
 
 import modelsvc.backends
 from modelsvc.backends import ModelInstance, ModelLoadError, get_backend, visible_gpus
-from modelsvc.backends._onnxruntime import ORT_TO_CONFIG, OnnxRuntimeBackend, _gpu_providers
-from modelsvc.protocol import CONFIG_TO_WIRE, WIRE_TO_CONFIG, InvalidArgument
+from modelsvc.backends._onnxruntime import OnnxRuntimeBackend, _gpu_providers
+from modelsvc.protocol import CONFIG_TO_WIRE, ONNX_TO_CONFIG, WIRE_TO_CONFIG, InvalidArgument
 from modelsvc.repository import ModelRepository, ModelSource
 from tests.conftest import DTYPES
 from tests.onnx_models import add_sub, identity, token_classifier, write_model
@@ -46,7 +46,7 @@ def test_exports_are_sorted_and_complete() -> None:
 
 
 def test_type_map_covers_every_config_type() -> None:
-    assert set(ORT_TO_CONFIG.values()) == set(CONFIG_TO_WIRE)
+    assert set(ONNX_TO_CONFIG.values()) == set(CONFIG_TO_WIRE)
 
 
 @pytest.mark.parametrize("datatype", DTYPES)

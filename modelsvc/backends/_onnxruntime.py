@@ -42,30 +42,12 @@ import onnxruntime as ort
 from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
 from tritonclient.grpc import model_config_pb2
 
-from modelsvc.protocol import InternalError, InvalidArgument, Unavailable
+from modelsvc.protocol import ONNX_TO_CONFIG, InternalError, InvalidArgument, Unavailable
 
 from ._base import Arrays, ConfigMismatchError, ModelConfig, ModelInstance, ModelLoadError
 from ._devices import placements
 
 logger = logging.getLogger("modelsvc.backends.onnxruntime")
-
-#: ONNX Runtime's type strings -> model config DataType names
-ORT_TO_CONFIG: dict[str, str] = {
-    "tensor(bool)": "TYPE_BOOL",
-    "tensor(uint8)": "TYPE_UINT8",
-    "tensor(uint16)": "TYPE_UINT16",
-    "tensor(uint32)": "TYPE_UINT32",
-    "tensor(uint64)": "TYPE_UINT64",
-    "tensor(int8)": "TYPE_INT8",
-    "tensor(int16)": "TYPE_INT16",
-    "tensor(int32)": "TYPE_INT32",
-    "tensor(int64)": "TYPE_INT64",
-    "tensor(float16)": "TYPE_FP16",
-    "tensor(float)": "TYPE_FP32",
-    "tensor(double)": "TYPE_FP64",
-    "tensor(string)": "TYPE_STRING",
-    "tensor(bfloat16)": "TYPE_BF16",
-}
 
 #: Triton's ``--backend-config=onnxruntime,default-max-batch-size`` default
 DEFAULT_MAX_BATCH_SIZE = 4
@@ -256,9 +238,9 @@ class _TensorInfo:
     def __init__(self, node: Any) -> None:
         self.name: str = node.name
         ort_type: str = node.type
-        if ort_type not in ORT_TO_CONFIG:
+        if ort_type not in ONNX_TO_CONFIG:
             raise ModelLoadError(f"tensor '{self.name}' has type {ort_type}, which modelsvc cannot serve")
-        self.data_type = ORT_TO_CONFIG[ort_type]
+        self.data_type = ONNX_TO_CONFIG[ort_type]
         self.dims: list[int] = [d if isinstance(d, int) and d >= 0 else -1 for d in (node.shape or [])]
 
 
@@ -327,7 +309,7 @@ def _check_io(config: ModelConfig, session: ort.InferenceSession) -> None:
                     f"configuration {kind} '{entry.name}' is not an {kind} of the model "
                     f"(the model's {kind}s: {', '.join(model) or 'none'})"
                 )
-            expected = ORT_TO_CONFIG.get(node.type)
+            expected = ONNX_TO_CONFIG.get(node.type)
             if expected is not None and entry.data_type != _data_type_value(expected):
                 raise ModelLoadError(
                     f"{kind} '{entry.name}': configuration says {_data_type_name(entry.data_type)}, "

@@ -60,6 +60,25 @@ CONFIG_TO_WIRE: dict[str, str] = {
 }
 WIRE_TO_CONFIG: dict[str, str] = {v: k for k, v in CONFIG_TO_WIRE.items()}
 
+#: an ONNX tensor type as ONNX Runtime spells it (``tensor(`` + the lower-case ``TensorProto.DataType``
+#: name + ``)``) -> model config DataType name
+ONNX_TO_CONFIG: dict[str, str] = {
+    "tensor(bool)": "TYPE_BOOL",
+    "tensor(uint8)": "TYPE_UINT8",
+    "tensor(uint16)": "TYPE_UINT16",
+    "tensor(uint32)": "TYPE_UINT32",
+    "tensor(uint64)": "TYPE_UINT64",
+    "tensor(int8)": "TYPE_INT8",
+    "tensor(int16)": "TYPE_INT16",
+    "tensor(int32)": "TYPE_INT32",
+    "tensor(int64)": "TYPE_INT64",
+    "tensor(float16)": "TYPE_FP16",
+    "tensor(float)": "TYPE_FP32",
+    "tensor(double)": "TYPE_FP64",
+    "tensor(string)": "TYPE_STRING",
+    "tensor(bfloat16)": "TYPE_BF16",
+}
+
 
 def numpy_dtype(datatype: str) -> np.dtype[Any]:
     """The numpy dtype for a v2 datatype, or InvalidArgument naming the datatype."""

@@ -27,8 +27,9 @@ from google.protobuf import json_format, text_format
 from google.protobuf.message import DecodeError
 from onnx import TensorProto
 
+from modelsvc.protocol import ONNX_TO_CONFIG
+
 __all__ = [
-    "ONNX_TO_CONFIG",
     "InspectError",
     "ModelInfo",
     "TensorInfo",
@@ -38,24 +39,6 @@ __all__ = [
     "render_text",
     "to_json",
 ]
-
-#: ONNX tensor element types -> model configuration datatype names
-ONNX_TO_CONFIG: dict[int, str] = {
-    TensorProto.BOOL: "TYPE_BOOL",
-    TensorProto.UINT8: "TYPE_UINT8",
-    TensorProto.UINT16: "TYPE_UINT16",
-    TensorProto.UINT32: "TYPE_UINT32",
-    TensorProto.UINT64: "TYPE_UINT64",
-    TensorProto.INT8: "TYPE_INT8",
-    TensorProto.INT16: "TYPE_INT16",
-    TensorProto.INT32: "TYPE_INT32",
-    TensorProto.INT64: "TYPE_INT64",
-    TensorProto.FLOAT16: "TYPE_FP16",
-    TensorProto.FLOAT: "TYPE_FP32",
-    TensorProto.DOUBLE: "TYPE_FP64",
-    TensorProto.STRING: "TYPE_STRING",
-    TensorProto.BFLOAT16: "TYPE_BF16",
-}
 
 # TensorRT's DataType member names -> model configuration datatype names
 _TRT_TO_CONFIG: dict[str, str] = {
@@ -187,7 +170,8 @@ def _tensor(value: onnx.ValueInfoProto) -> TensorInfo:
         return TensorInfo(value.name, kind or "unknown", ())
     tensor_type = value.type.tensor_type
     elem = tensor_type.elem_type
-    datatype = ONNX_TO_CONFIG.get(elem) or f"tensor({TensorProto.DataType.Name(elem).lower()})"
+    onnx_type = f"tensor({TensorProto.DataType.Name(elem).lower()})"  # as ONNX Runtime spells it
+    datatype = ONNX_TO_CONFIG.get(onnx_type, onnx_type)
     dims: list[int] = []
     names: list[str | None] = []
     for dim in tensor_type.shape.dim:
