@@ -19,7 +19,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from ..protocol import InvalidArgument, Tensor, deserialize_bytes_tensor, numpy_dtype, serialize_bytes_tensor
 from ..protocol._pbjson import message_to_json
-from ..protocol._pbparams import parameters_from_proto, set_proto_parameter
+from ..protocol._pbparams import CONTENTS_FIELDS, parameters_from_proto, set_proto_parameter
 from ._core import InferResult
 from ._errors import ClientError, ConnectError, ConnectionLost, InvalidInput, ProtocolError, error_from_grpc
 
@@ -40,23 +40,6 @@ _LOST_WORDS = (
     "broken pipe",
     "end of tcp stream",
 )
-
-# The typed ``InferTensorContents`` field for each datatype (FP16 and BF16 have none: raw only).
-_CONTENTS_FIELD = {
-    "BOOL": "bool_contents",
-    "INT8": "int_contents",
-    "INT16": "int_contents",
-    "INT32": "int_contents",
-    "INT64": "int64_contents",
-    "UINT8": "uint_contents",
-    "UINT16": "uint_contents",
-    "UINT32": "uint_contents",
-    "UINT64": "uint64_contents",
-    "FP32": "fp32_contents",
-    "FP64": "fp64_contents",
-    "BYTES": "bytes_contents",
-}
-
 
 # -- no I/O: errors, requests, answers --------------------------------------------------------------------
 
@@ -137,7 +120,7 @@ def _output_array(entry: Any, raw: bytes | None) -> np.ndarray[Any, Any]:
                 f"{label}: {len(raw)} bytes of {datatype} data, but shape {list(shape)} needs {count * dtype.itemsize}"
             )
         return np.frombuffer(raw, dtype=dtype).reshape(shape)
-    field = _CONTENTS_FIELD.get(datatype)
+    field = CONTENTS_FIELDS.get(datatype)
     if field is None:
         raise InvalidArgument(f"{label}: {datatype} comes only as raw_output_contents, and the answer has none")
     values = getattr(entry.contents, field)

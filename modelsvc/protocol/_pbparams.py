@@ -1,7 +1,7 @@
-"""``InferParameter`` maps of the v2 gRPC messages to and from plain Python values (no I/O).
+"""What the server and the client read from and fill into the v2 gRPC messages alike (no I/O).
 
-An ``InferParameter`` is a oneof of bool, int64, double and string; the server and the client read and fill
-them the same way, here.
+``InferParameter`` maps to and from plain Python values (an ``InferParameter`` is a oneof of bool, int64,
+double and string), and the typed ``InferTensorContents`` field that carries each datatype.
 """
 
 from __future__ import annotations
@@ -10,7 +10,23 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["parameters_from_proto", "set_proto_parameter"]
+__all__ = ["CONTENTS_FIELDS", "parameters_from_proto", "set_proto_parameter"]
+
+#: the typed ``InferTensorContents`` field of each datatype (FP16 and BF16 have none: they travel raw only)
+CONTENTS_FIELDS: dict[str, str] = {
+    "BOOL": "bool_contents",
+    "INT8": "int_contents",
+    "INT16": "int_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "UINT8": "uint_contents",
+    "UINT16": "uint_contents",
+    "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+    "BYTES": "bytes_contents",
+}
 
 
 def parameters_from_proto(params: Any) -> dict[str, Any]:

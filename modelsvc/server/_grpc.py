@@ -43,7 +43,7 @@ from ..protocol import (
     numpy_dtype,
     serialize_bytes_tensor,
 )
-from ..protocol._pbparams import parameters_from_proto, set_proto_parameter
+from ..protocol._pbparams import CONTENTS_FIELDS, parameters_from_proto, set_proto_parameter
 from ._dataplane import DataPlane
 from ._errors import INTERNAL_MESSAGE, http_error
 from ._restricted import RestrictedApis, RestrictionInterceptor
@@ -96,20 +96,16 @@ async def _abort(context: Context, exc: BaseException) -> NoReturn:
 
 # -- messages <-> protocol types (no I/O) ---------------------------------------------------------------------
 
-# the typed ``InferTensorContents`` field of each datatype, and the numpy dtype its values arrive in
-_CONTENTS: dict[str, tuple[str, np.dtype[Any]]] = {
-    "BOOL": ("bool_contents", np.dtype(np.bool_)),
-    "INT8": ("int_contents", np.dtype(np.int32)),
-    "INT16": ("int_contents", np.dtype(np.int32)),
-    "INT32": ("int_contents", np.dtype(np.int32)),
-    "INT64": ("int64_contents", np.dtype(np.int64)),
-    "UINT8": ("uint_contents", np.dtype(np.uint32)),
-    "UINT16": ("uint_contents", np.dtype(np.uint32)),
-    "UINT32": ("uint_contents", np.dtype(np.uint32)),
-    "UINT64": ("uint64_contents", np.dtype(np.uint64)),
-    "FP32": ("fp32_contents", np.dtype(np.float32)),
-    "FP64": ("fp64_contents", np.dtype(np.float64)),
-    "BYTES": ("bytes_contents", np.dtype(np.object_)),
+# the numpy dtype the values of each typed ``InferTensorContents`` field arrive in
+_ARRIVES_AS: dict[str, np.dtype[Any]] = {
+    "bool_contents": np.dtype(np.bool_),
+    "int_contents": np.dtype(np.int32),
+    "int64_contents": np.dtype(np.int64),
+    "uint_contents": np.dtype(np.uint32),
+    "uint64_contents": np.dtype(np.uint64),
+    "fp32_contents": np.dtype(np.float32),
+    "fp64_contents": np.dtype(np.float64),
+    "bytes_contents": np.dtype(np.object_),
 }
 
 
@@ -146,10 +142,10 @@ def _from_raw(entry: Any, raw: bytes, shape: tuple[int, ...]) -> np.ndarray[Any,
 def _from_contents(entry: Any, shape: tuple[int, ...]) -> np.ndarray[Any, Any]:
     name, datatype = entry.name, entry.datatype
     dtype = numpy_dtype(datatype)  # an unknown datatype is named before anything else
-    typed = _CONTENTS.get(datatype)
-    if typed is None:
+    field = CONTENTS_FIELDS.get(datatype)
+    if field is None:
         raise InvalidArgument(f"input '{name}': {datatype} data travels only in raw_input_contents")
-    field, arrives_as = typed
+    arrives_as = _ARRIVES_AS[field]
     others = [f.name for f, _ in entry.contents.ListFields() if f.name != field]
     if others:
         raise InvalidArgument(f"input '{name}': {datatype} data goes in contents.{field}, not {', '.join(others)}")
