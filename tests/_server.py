@@ -11,7 +11,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Self, TypeVar
+from typing import Any, Self, TypeVar
 
 import httpx
 
@@ -108,6 +108,12 @@ class ModelsvcProcess(ServerProcess):
         self.metrics_port = free_port()
         self.grpc_port = free_port()
         self.metrics_url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+
+    def model_stats(self, model: str) -> dict[str, Any]:
+        """The statistics of ``model`` (its first version listed), read over HTTP."""
+        body = httpx.get(f"{self.base}/v2/models/{model}/stats", timeout=10).json()
+        result: dict[str, Any] = body["model_stats"][0]
+        return result
 
     @property
     def command(self) -> list[str]:

@@ -9,8 +9,12 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
+import tritonclient.http as httpclient
+from tritonclient.utils import np_to_triton_dtype
 
 from tests import onnx_models as om
 from tests._server import ModelsvcProcess
@@ -31,6 +35,13 @@ DTYPES = [
     "BYTES",
 ]
 _CONFIG_TYPE = {d: f"TYPE_{'STRING' if d == 'BYTES' else d}" for d in [*DTYPES, "BF16"]}
+
+
+def infer_input(name: str, array: np.ndarray[Any, Any], binary: bool = True) -> httpclient.InferInput:
+    """tritonclient's HTTP input for ``array`` (binary tensor data unless ``binary`` is False)."""
+    inp = httpclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
+    inp.set_data_from_numpy(array, binary_data=binary)
+    return inp
 
 
 def identity_config(

@@ -14,11 +14,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from tritonclient.utils import InferenceServerException, np_to_triton_dtype
+from tritonclient.utils import InferenceServerException
 
 from modelsvc.backends import ModelConfig
 from modelsvc.protocol import InferRequest, InvalidArgument, Tensor
@@ -28,7 +27,7 @@ from modelsvc.server._ensemble import EnsembleScheduler
 from tests import onnx_models as om
 from tests._ensembles import ensemble, step, write_ensemble
 from tests._server import ModelsvcProcess
-from tests.conftest import identity_config
+from tests.conftest import identity_config, infer_input
 
 pytestmark = pytest.mark.integration
 
@@ -241,18 +240,6 @@ def client(server: ModelsvcProcess) -> Iterator[httpclient.InferenceServerClient
     c.close()
 
 
-def infer_input(name: str, array: np.ndarray[Any, Any]) -> httpclient.InferInput:
-    inp = httpclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
-    inp.set_data_from_numpy(array)
-    return inp
-
-
-def stats(server: ModelsvcProcess, model: str) -> dict[str, Any]:
-    body = httpx.get(f"{server.base}/v2/models/{model}/stats", timeout=10).json()
-    result: dict[str, Any] = body["model_stats"][0]
-    return result
-
-
 def rows(n: int = 1, seed: int = 0) -> np.ndarray[Any, Any]:
     return np.random.default_rng(seed).random((n, 16), dtype=np.float32)
 
@@ -299,16 +286,16 @@ def test_steps_of_concurrent_requests_batch_together_at_a_composing_model(
 ) -> None:
     """Two requests to chain meet at pair (which runs only with two queued): while one waits at pair the
     other passes identity, and pair runs both in one batch."""
-    before = stats(server, "pair")
+    before = server.model_stats("pair")
     inputs = [rows(1, seed) for seed in (10, 11)]
     pending = [client.async_infer("chain", [infer_input("IN", x)]) for x in inputs]
     answers = [p.get_result().as_numpy("OUT") for p in pending]
     for sent, got in zip(inputs, answers, strict=True):
         np.testing.assert_array_equal(got, sent)
-    after = stats(server, "pair")
+    after = server.model_stats("pair")
     assert after["inference_count"] - before["inference_count"] == 2
     assert after["execution_count"] - before["execution_count"] == 1
-    chain = stats(server, "chain")
+    chain = server.model_stats("chain")
     assert chain["inference_stats"]["success"]["count"] >= 2
 
 
@@ -322,10 +309,10 @@ def test_independent_steps_of_one_request_run_at_the_same_time(client: httpclien
 def test_statistics_per_ensemble_and_per_composing_model(
     client: httpclient.InferenceServerClient, server: ModelsvcProcess
 ) -> None:
-    before = {m: stats(server, m) for m in ("pipe", "identity", "add_sub")}
+    before = {m: server.model_stats(m) for m in ("pipe", "identity", "add_sub")}
     a = rows(3, 5)
     client.infer("pipe", [infer_input("A", a), infer_input("B", a)])
-    after = {m: stats(server, m) for m in ("pipe", "identity", "add_sub")}
+    after = {m: server.model_stats(m) for m in ("pipe", "identity", "add_sub")}
 
     def grew(model: str, key: str) -> int:
         if key in ("success", "fail"):
@@ -343,14 +330,14 @@ def test_statistics_per_ensemble_and_per_composing_model(
 def test_a_failing_step_fails_its_request_only_naming_the_step(
     client: httpclient.InferenceServerClient, server: ModelsvcProcess
 ) -> None:
-    fails_before = stats(server, "loose")["inference_stats"]["fail"]["count"]
+    fails_before = server.model_stats("loose")["inference_stats"]["fail"]["count"]
     with pytest.raises(InferenceServerException) as info:
         client.infer("loose", [infer_input("IN", np.ones((1, 17), np.float32))])
     assert info.value.status() == "400"
     message = info.value.message()
     assert "ensemble 'loose' step 0 (model 'identity'): " in message
     assert "unexpected shape for input 'INPUT0'" in message
-    assert stats(server, "loose")["inference_stats"]["fail"]["count"] == fails_before + 1
+    assert server.model_stats("loose")["inference_stats"]["fail"]["count"] == fails_before + 1
     good = client.infer("loose", [infer_input("IN", np.ones((1, 16), np.float32))])  # the ensemble still serves
     np.testing.assert_array_equal(good.as_numpy("OUT"), np.ones((1, 16), np.float32))
 

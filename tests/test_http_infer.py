@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 import tritonclient.http.aio as aioclient
-from tritonclient.utils import InferenceServerException, np_to_triton_dtype
+from tritonclient.utils import InferenceServerException
 
-from tests.conftest import DTYPES
+from tests.conftest import DTYPES, infer_input
 
 pytestmark = pytest.mark.integration
 
@@ -21,12 +21,6 @@ def client(server):
     c = httpclient.InferenceServerClient(server.url)
     yield c
     c.close()
-
-
-def infer_input(name, array, binary=True):
-    inp = httpclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
-    inp.set_data_from_numpy(array, binary_data=binary)
-    return inp
 
 
 def test_health_and_server_metadata(client):

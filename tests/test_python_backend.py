@@ -21,7 +21,7 @@ import httpx
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from tritonclient.utils import InferenceServerException, np_to_triton_dtype
+from tritonclient.utils import InferenceServerException
 
 from modelsvc.backends import BatchRequest, _inprocess, get_backend
 from modelsvc.backends import python_utils as pb_utils
@@ -30,6 +30,7 @@ from modelsvc.repository import ModelRepository
 from modelsvc.server import DataPlane, ModelManager
 from tests import onnx_models as om
 from tests._server import ModelsvcProcess
+from tests.conftest import infer_input
 
 pytestmark = pytest.mark.integration
 
@@ -402,12 +403,6 @@ def client(server: ModelsvcProcess) -> Iterator[httpclient.InferenceServerClient
     c = httpclient.InferenceServerClient(server.url)
     yield c
     c.close()
-
-
-def infer_input(name: str, array: np.ndarray[Any, Any]) -> httpclient.InferInput:
-    inp = httpclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
-    inp.set_data_from_numpy(array)
-    return inp
 
 
 def pair(rows: int = 1) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:

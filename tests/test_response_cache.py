@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from tritonclient.utils import np_to_triton_dtype
 
 from modelsvc.protocol import InferRequest, Tensor
 from modelsvc.scheduler import ModelStats
@@ -34,7 +33,7 @@ from modelsvc.server._cache import (
 from tests import onnx_models as om
 from tests._ensembles import ensemble, step, write_ensemble
 from tests._server import ROOT, ModelsvcProcess
-from tests.conftest import identity_config
+from tests.conftest import identity_config, infer_input
 
 pytestmark = pytest.mark.integration
 
@@ -93,19 +92,8 @@ def client(server: ModelsvcProcess) -> Iterator[httpclient.InferenceServerClient
     c.close()
 
 
-def infer_input(name: str, array: np.ndarray[Any, Any]) -> httpclient.InferInput:
-    inp = httpclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
-    inp.set_data_from_numpy(array)
-    return inp
-
-
-def stats(server: ModelsvcProcess, model: str) -> dict[str, Any]:
-    result: dict[str, Any] = httpx.get(f"{server.base}/v2/models/{model}/stats", timeout=10).json()["model_stats"][0]
-    return result
-
-
 def counts(server: ModelsvcProcess, model: str) -> dict[str, int]:
-    s = stats(server, model)
+    s = server.model_stats(model)
     inference = s["inference_stats"]
     return {
         "hit": inference["cache_hit"]["count"],

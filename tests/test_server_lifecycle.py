@@ -36,10 +36,6 @@ async def until(predicate, what: str) -> None:
         await asyncio.sleep(0.01)
 
 
-def stats(server: ModelsvcProcess, model: str) -> dict:
-    return httpx.get(f"{server.base}/v2/models/{model}/stats").json()["model_stats"][0]
-
-
 async def test_queue_timeout_rejects_at_its_deadline(server):
     """'timed' waits 60 s for a batch, but its queue policy rejects after 200 ms."""
     async with httpx.AsyncClient(base_url=server.base, timeout=WAIT) as c:
@@ -55,7 +51,7 @@ async def test_queue_timeout_rejects_at_its_deadline(server):
 
 async def test_full_queue_answers_at_once_and_abandoned_request_never_runs(server):
     """'bounded' holds requests for 60 s with room for one: a second is refused, the first is abandoned."""
-    before = stats(server, "bounded")["execution_count"]
+    before = server.model_stats("bounded")["execution_count"]
     first_client = httpx.AsyncClient(base_url=server.base, timeout=WAIT)
     first = asyncio.ensure_future(first_client.post("/v2/models/bounded/infer", content=json.dumps(ROW)))
     await until(lambda: metric(server, "nv_inference_pending_request_count", "bounded") == 1, "a queued request")
@@ -69,8 +65,8 @@ async def test_full_queue_answers_at_once_and_abandoned_request_never_runs(serve
         lambda: metric(server, "nv_inference_pending_request_count", "bounded") == 0,
         "the abandoned request to leave the queue",
     )
-    assert stats(server, "bounded")["execution_count"] == before
-    assert stats(server, "bounded")["inference_stats"]["fail"]["count"] >= 2
+    assert server.model_stats("bounded")["execution_count"] == before
+    assert server.model_stats("bounded")["inference_stats"]["fail"]["count"] >= 2
 
 
 async def test_sigterm_finishes_in_flight_requests_and_exits_zero(tmp_path):
