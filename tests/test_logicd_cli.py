@@ -18,7 +18,7 @@ import pytest
 from logicd import __version__
 from logicd._cli import config_path, main
 from tests import onnx_models as om
-from tests._server import ROOT, ModelsvcProcess, Up, free_port, gone
+from tests._server import ROOT, LogicdProcess, ModelsvcProcess, Up, free_port, gone
 from tests.conftest import identity_config
 
 pytestmark = pytest.mark.integration
@@ -167,38 +167,13 @@ def test_serve_on_a_taken_port_exits_1(tmp_path):
 
 def test_serve_against_a_model_service(tmp_path):
     folder = make_service(tmp_path / "svc")
-    port = free_port()
-    with ModelsvcProcess(folder / "model_repository") as models:
-        log_path = tmp_path / "serve.log"
-        with log_path.open("wb") as log:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "logicd", "serve", str(folder), "--port", str(port), "--model-url", models.base],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=ROOT,
-            )
-        try:
-            base = f"http://127.0.0.1:{port}"
-            deadline = time.monotonic() + WAIT
-            while True:
-                assert proc.poll() is None, f"logicd serve exited with {proc.returncode}:\n{log_path.read_text()}"
-                try:
-                    if httpx.get(f"{base}/health/ready", timeout=1.0).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                assert time.monotonic() < deadline, f"logicd serve not ready:\n{log_path.read_text()}"
-                time.sleep(0.05)
-            r = httpx.post(f"{base}/v1/echo", json={"values": VALUES}, timeout=10.0)
-            assert r.status_code == 200, r.text
-            assert r.json() == {"values": VALUES}
-            assert httpx.get(f"{base}/health/live").status_code == 200
-            proc.send_signal(signal.SIGTERM)
-            assert proc.wait(STOP_BOUND) == 0, log_path.read_text()
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+    with ModelsvcProcess(folder / "model_repository") as models, LogicdProcess(folder, models.base) as logic:
+        r = httpx.post(f"{logic.base}/v1/echo", json={"values": VALUES}, timeout=10.0)
+        assert r.status_code == 200, r.text
+        assert r.json() == {"values": VALUES}
+        assert httpx.get(f"{logic.base}/health/live").status_code == 200
+        logic.proc.send_signal(signal.SIGTERM)
+        assert logic.wait_exit(STOP_BOUND) == 0, logic.log()
 
 
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT])
