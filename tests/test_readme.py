@@ -63,3 +63,29 @@ def test_readme_logicd_example_defines_a_service():
     assert [(r.method, r.path, r.request_type.__name__, r.response_type.__name__) for r in service.routes] == [
         ("POST", "/v1/score", "Documents", "Scores")
     ]
+
+
+#: every fenced block of README.md, by language, and the test that runs it (or checks it, for the two set-up
+#: commands: CI runs the second as .ci/run, and services/doc_classifier/tests runs the first one's last steps)
+COVERED = {
+    "bash": [
+        "test_readme_opens_with_the_two_commands (the main command; test_doc_classifier_e2e runs `logicd up`)",
+        "test_readme_opens_with_the_two_commands (the test command, which .ci/run runs)",
+        "the quickstart fixture (`modelsvc serve` on the quickstart repository)",
+        "test_readme_curl_examples",
+    ],
+    "python": [
+        "test_readme_python_examples[tritonclient]",
+        "test_readme_python_examples[client]",
+        "test_readme_logicd_example_defines_a_service",
+    ],
+}
+
+
+def test_every_command_block_is_covered():
+    """A block added to the README without a test here fails: each block is either run above or named in COVERED."""
+    fences = re.findall(r"^```(\S*)$", README, flags=re.MULTILINE)
+    languages = fences[0::2]  # opening fences; closing ones are bare
+    assert all(closing == "" for closing in fences[1::2]), "an unclosed or nested fence in README.md"
+    found = {language: languages.count(language) for language in set(languages)}
+    assert found == {language: len(tests) for language, tests in COVERED.items()}
