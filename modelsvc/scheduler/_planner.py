@@ -1,15 +1,10 @@
-"""Forming a batch from the queue: a pure function, testable without a clock or an event loop.
+"""The contract between the queue and a way of forming batches (a planner): pure, no clock, no event loop.
 
-The rules follow Triton's dynamic batcher:
-
-* A batch grows from the head of the queue (highest priority first, then arrival order) while the
-  next request has the same non-batch input shapes and the batch stays within ``limit``: the
-  largest preferred batch size if any are given, else ``max_batch_size``.
-* It goes at once when it reaches ``limit``, when the next request cannot join it (other shapes,
-  or too many rows), or when the oldest request in it has waited ``max_queue_delay``.
-* With preferred sizes, a batch that reaches a preferred size goes at once, cut back to the
-  largest preferred size it reached (unless the delay has run out, then everything gathered goes).
-* Otherwise the planner says how long to wait for more requests.
+The scheduler hands a planner the queued requests in dispatch order (priority level 1 first, each level's
+delayed requests after it, arrival order within each) and the time; the planner answers with a ``Plan``. It
+never changes the queue itself: the scheduler takes the first ``Plan.take`` requests and runs them as one
+batch. Planners are chosen from the model's config by ``SchedulerConfig.from_model_config`` (see
+``_config.PLANNERS``).
 """
 
 from __future__ import annotations
@@ -20,6 +15,8 @@ from typing import Protocol
 
 
 class Queued(Protocol):
+    """What a planner sees of one queued request."""
+
     @property
     def batch_size(self) -> int: ...
 
@@ -38,51 +35,14 @@ class Plan:
     wait_ns: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class BatchPolicy:
-    max_batch_size: int
-    preferred_batch_sizes: tuple[int, ...] = ()
-    max_queue_delay_ns: int = 0
-
-    @property
-    def limit(self) -> int:
-        return max(self.preferred_batch_sizes) if self.preferred_batch_sizes else self.max_batch_size
-
-
 IDLE = Plan(0, None)
 
 
-def plan_batch(queue: Iterable[Queued], policy: BatchPolicy, now_ns: int) -> Plan:
-    """Decide what to send from ``queue`` (in dispatch order) at time ``now_ns``."""
-    limit = policy.limit
-    preferred = policy.preferred_batch_sizes
-    size = 0
-    count = 0
-    best_preferred = 0
-    closed = False
-    first_key: Hashable = None
-    oldest_ns = 0
-    for item in queue:
-        if count == 0:
-            first_key = item.shape_key
-            oldest_ns = item.enqueued_ns
-            if item.batch_size >= limit:  # a request at or over the limit goes alone
-                return Plan(1)
-        elif item.shape_key != first_key or size + item.batch_size > limit:
-            closed = True
-            break
-        size += item.batch_size
-        count += 1
-        if size == limit:
-            return Plan(count)
-        if size in preferred:
-            best_preferred = count
-    if count == 0:
-        return IDLE
-    waited = now_ns - oldest_ns
-    delay_over = waited >= policy.max_queue_delay_ns
-    if best_preferred and not delay_over:
-        return Plan(best_preferred)
-    if closed or delay_over:
-        return Plan(count)
-    return Plan(0, policy.max_queue_delay_ns - waited)
+class Planner(Protocol):
+    """One way of forming batches, holding its settings from the model config."""
+
+    def plan(self, queue: Iterable[Queued], now_ns: int) -> Plan:
+        """What to send from ``queue`` (in dispatch order; read only as far as needed) at
+        ``now_ns``. The first ``take`` requests must fit in one batch of the model (``max_batch_size`` rows);
+        when the queue holds requests and ``now_ns`` lies past every delay, ``take`` must be > 0."""
+        ...

@@ -1,245 +1,32 @@
-"""The queue in front of a model version's instances, with Triton's dynamic batcher semantics.
+"""The batch loop in front of a model version's instances, with Triton's dynamic batcher semantics.
 
-Each request waits in the queue of its priority level. Whenever something changes (an arrival, a
-finished batch, an expired batch delay, a withdrawn request) the scheduler asks ``plan_batch`` what to
-send and hands batches to free instances in the same loop iteration. Each instance runs its batches on
-its own thread (ONNX Runtime releases the GIL, so instances run in parallel). Timeouts are timers set per
-request, so a request is rejected (or delayed) at its deadline, not when the scheduler next looks. A
-request whose caller went away leaves the queue at once and never runs.
-
-A batch reaches an instance concatenated along the batch dimension (``execute``), or, for an instance
-with ``execute_requests`` (python models, as in Triton), as the list of its requests, each answered or
-failed on its own.
+Whenever something changes (an arrival, a finished batch, an expired batch delay, a withdrawn request) the
+scheduler asks its planner (``SchedulerConfig.batch``) what to send from the queue (``_queue``) and hands
+batches to free instances in the same loop iteration. Each instance runs its batches on its own thread
+(``_instances``; ONNX Runtime releases the GIL, so instances run in parallel), and the results come back to
+the loop, in dispatch order when the model asks to preserve ordering.
 """
 
 from __future__ import annotations
 
 import asyncio
-import enum
 import itertools
 import logging
-import queue
-import threading
 from collections import deque
-from collections.abc import Callable, Hashable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from time import perf_counter_ns
-from typing import Any, Protocol
 
-import numpy as np
-
-from ..backends import BatchRequest, ModelConfig, ModelInstance, RequestsInstance
+from ..backends import BatchRequest, ModelInstance
 from ..protocol import InferRequest, InternalError, ModelsvcError, Unavailable
-from ._planner import BatchPolicy, Plan, plan_batch
+from ._config import SchedulerConfig
+from ._instances import Arrays, InstanceThread, Result
+from ._planner import Plan
+from ._queue import RequestQueue, WorkItem
 from ._stats import ModelStats
+from ._tracing import TracedBatch, TracedRequest
 
-Arrays = dict[str, np.ndarray[Any, Any]]
 logger = logging.getLogger("modelsvc.scheduler")
-
-
-class TimeoutAction(enum.Enum):
-    REJECT = "REJECT"
-    DELAY = "DELAY"
-
-
-@dataclass(frozen=True, slots=True)
-class QueuePolicy:
-    """Triton's ModelQueuePolicy for one priority level."""
-
-    timeout_action: TimeoutAction = TimeoutAction.REJECT
-    default_timeout_ns: int = 0
-    allow_timeout_override: bool = False
-    max_queue_size: int = 0
-
-    def timeout_ns(self, requested_us: int | None) -> int:
-        """The timeout that applies to a request (0 = none)."""
-        if requested_us is None or requested_us <= 0 or not self.allow_timeout_override:
-            return self.default_timeout_ns
-        requested = requested_us * 1000
-        if self.default_timeout_ns == 0:
-            return requested
-        return min(requested, self.default_timeout_ns)
-
-
-@dataclass(frozen=True, slots=True)
-class SchedulerConfig:
-    batching: bool
-    """The model takes a batch dimension (max_batch_size > 0)."""
-    dynamic: bool
-    """Requests are batched together (dynamic_batching is present)."""
-    batch: BatchPolicy
-    preserve_ordering: bool = False
-    priority_levels: int = 1
-    default_priority: int = 1
-    policies: tuple[QueuePolicy, ...] = (QueuePolicy(),)
-    """One per priority level, index 0 = level 1."""
-
-    @classmethod
-    def from_model_config(cls, config: ModelConfig) -> SchedulerConfig:
-        batching = config.max_batch_size > 0
-        if not config.HasField("dynamic_batching"):
-            policy = QueuePolicy(allow_timeout_override=True)
-            return cls(batching, False, BatchPolicy(max(config.max_batch_size, 1)), policies=(policy,))
-        db = config.dynamic_batching
-        levels = max(db.priority_levels, 1)
-        default_level = db.default_priority_level if db.priority_levels else 1
-        default_policy = _queue_policy(db.default_queue_policy) if db.HasField("default_queue_policy") else None
-        policies = []
-        for level in range(1, levels + 1):
-            if level in db.priority_queue_policy:
-                policies.append(_queue_policy(db.priority_queue_policy[level]))
-            else:
-                policies.append(default_policy or QueuePolicy())
-        return cls(
-            batching=batching,
-            dynamic=True,
-            batch=BatchPolicy(
-                max_batch_size=config.max_batch_size,
-                preferred_batch_sizes=tuple(sorted(db.preferred_batch_size)),
-                max_queue_delay_ns=db.max_queue_delay_microseconds * 1000,
-            ),
-            preserve_ordering=db.preserve_ordering,
-            priority_levels=levels,
-            default_priority=default_level,
-            policies=tuple(policies),
-        )
-
-
-def _queue_policy(pb: Any) -> QueuePolicy:
-    action = TimeoutAction.DELAY if pb.timeout_action == 1 else TimeoutAction.REJECT
-    return QueuePolicy(
-        timeout_action=action,
-        default_timeout_ns=pb.default_timeout_microseconds * 1000,
-        allow_timeout_override=pb.allow_timeout_override,
-        max_queue_size=pb.max_queue_size,
-    )
-
-
-class TracedBatch(Protocol):
-    """Tracing's view of one executing batch (see ``TracedRequest``)."""
-
-    def finished(self, error: BaseException | None, timings: tuple[int, int, int] | None) -> None:
-        """On the loop, when the batch is done: ``timings`` are input, infer and output ns (None on error)."""
-
-
-class TracedRequest(Protocol):
-    """What a traced request carries into the queue (``Scheduler.infer(trace=...)``); untraced ones carry None."""
-
-    def batch_started(self, batch: Sequence[Any], rows: int) -> TracedBatch:
-        """On the loop, called on the first traced request of a batch that starts, with all its traced
-        requests (``TracedRequest`` objects, in batch order) and the batch's rows."""
-
-
-@dataclass(eq=False, slots=True)
-class WorkItem:
-    """One request waiting for (or in) a batch. Carries its own future."""
-
-    inputs: Arrays
-    outputs: tuple[str, ...]
-    batch_size: int
-    shape_key: Hashable
-    enqueued_ns: int
-    future: asyncio.Future[Arrays]
-    level: int
-    queue: deque[WorkItem] | None = None
-    timer: asyncio.TimerHandle | None = None
-    #: called on the event loop when the batch holding this request starts (tracing hooks)
-    on_start: Callable[[int], None] | None = field(default=None)
-    #: the request's trace when it is traced (None: not traced)
-    trace: TracedRequest | None = None
-    #: the data plane's request, handed to instances that take requests one by one
-    request: InferRequest | None = None
-
-
-#: each request's outputs (or, from ``execute_requests``, the exception failing it alone) and the three durations
-_Result = tuple[Sequence[Arrays | BaseException], int, int, int]
 _FOREVER_NS = 10**18
-
-
-def _execute_batch(instance: ModelInstance, batch: Sequence[Arrays], output_names: Sequence[str]) -> _Result:
-    """Runs on a worker thread: gather inputs, execute, scatter outputs. Returns the three durations."""
-    t0 = perf_counter_ns()
-    merged = batch[0] if len(batch) == 1 else {name: np.concatenate([b[name] for b in batch]) for name in batch[0]}
-    t1 = perf_counter_ns()
-    outputs = instance.execute(merged, output_names)
-    t2 = perf_counter_ns()
-    if len(batch) == 1:
-        parts = [outputs]
-    else:
-        first = next(iter(batch[0]))
-        rows = [b[first].shape[0] for b in batch]
-        total = sum(rows)
-        for name, value in outputs.items():
-            if value.ndim == 0 or value.shape[0] != total:
-                raise InternalError(
-                    f"output '{name}' has shape {list(value.shape)}, expected a batch dimension of {total}"
-                )
-        parts = []
-        start = 0
-        for n in rows:
-            parts.append({name: value[start : start + n] for name, value in outputs.items()})
-            start += n
-    t3 = perf_counter_ns()
-    return parts, t1 - t0, t2 - t1, t3 - t2
-
-
-def _execute_requests(instance: RequestsInstance, batch: Sequence[BatchRequest]) -> _Result:
-    """Runs on a worker thread: the instance answers each request of the batch on its own."""
-    t0 = perf_counter_ns()
-    parts = instance.execute_requests(batch)
-    t1 = perf_counter_ns()
-    if len(parts) != len(batch):
-        raise InternalError(f"the instance answered {len(parts)} of {len(batch)} requests")
-    return parts, 0, t1 - t0, 0
-
-
-_Done = Callable[[_Result | None, BaseException | None], None]
-#: (batch, output names, done); output names None: a per-request batch of BatchRequest
-_Job = tuple[Sequence[Any], Sequence[str] | None, _Done]
-
-
-class _InstanceThread:
-    """One thread per instance: takes batches from a SimpleQueue, hands results back with one loop wake-up.
-
-    Lighter than an executor (no work-item futures, no condition variables) and it keeps each instance
-    on its own thread, which is what ONNX Runtime sessions expect.
-    """
-
-    def __init__(self, instance: ModelInstance, loop: asyncio.AbstractEventLoop, name: str) -> None:
-        self.instance = instance
-        self.loop = loop
-        #: the instance when it takes a batch's requests one by one, else None
-        self.per_request = instance if isinstance(instance, RequestsInstance) else None
-        self.jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self.thread.start()
-
-    def submit(self, batch: Sequence[Any], outputs: Sequence[str] | None, done: _Done) -> None:
-        """Run the batch on this instance's thread; ``done(result, error)`` is called on the loop.
-
-        ``outputs`` None: ``batch`` holds BatchRequest objects for ``execute_requests``."""
-        self.jobs.put((batch, outputs, done))
-
-    def stop(self) -> None:
-        self.jobs.put(None)
-        self.thread.join()
-
-    def _run(self) -> None:
-        while True:
-            job = self.jobs.get()
-            if job is None:
-                return
-            batch, outputs, done = job
-            try:
-                if outputs is None:
-                    assert self.per_request is not None
-                    result = _execute_requests(self.per_request, batch)
-                else:
-                    result = _execute_batch(self.instance, batch, outputs)
-            except BaseException as exc:
-                self.loop.call_soon_threadsafe(done, None, exc)
-            else:
-                self.loop.call_soon_threadsafe(done, result, None)
 
 
 class Scheduler:
@@ -264,11 +51,9 @@ class Scheduler:
         self.stats = stats
         self._label = model_label or f"{stats.name}:{stats.version}"
         self._instances = list(instances)
-        self._levels: list[deque[WorkItem]] = [deque() for _ in range(config.priority_levels)]
-        self._delayed: list[deque[WorkItem]] = [deque() for _ in range(config.priority_levels)]
-        self._queued = 0
-        self._free: deque[_InstanceThread] = deque()
-        self._threads: list[_InstanceThread] = []
+        self._queue = RequestQueue(config, self._label, self._pump)
+        self._free: deque[InstanceThread] = deque()
+        self._threads: list[InstanceThread] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._in_flight = 0
         self._delay_timer: asyncio.TimerHandle | None = None
@@ -285,7 +70,12 @@ class Scheduler:
     @property
     def pending_count(self) -> int:
         """Requests in the queue, not yet in a running batch."""
-        return self._queued
+        return self._queue.count
+
+    @property
+    def _levels(self) -> list[deque[WorkItem]]:
+        """The queue's priority levels, level 1 first (tests look at them)."""
+        return self._queue.levels
 
     def start(self) -> None:
         """Start one thread per instance, on the running loop."""
@@ -293,8 +83,9 @@ class Scheduler:
             return
         loop = self._loop = asyncio.get_running_loop()
         self._drained = asyncio.Event()
+        self._queue.start(loop)
         for i, inst in enumerate(self._instances):
-            worker = _InstanceThread(inst, loop, f"modelsvc-{self.stats.name}-{i}")
+            worker = InstanceThread(inst, loop, f"modelsvc-{self.stats.name}-{i}")
             self._threads.append(worker)
             self._free.append(worker)
 
@@ -319,7 +110,7 @@ class Scheduler:
         try:
             return await item.future
         except asyncio.CancelledError:
-            self._withdraw(item)
+            self._queue.withdraw(item)
             raise
 
     async def close(self) -> None:
@@ -342,7 +133,7 @@ class Scheduler:
             self._delay_timer = None
         self._pump()
         assert self._drained is not None
-        if self._queued or self._in_flight:
+        if self._queue.count or self._in_flight:
             await self._drained.wait()
         for worker in self._threads:
             await asyncio.to_thread(worker.stop)
@@ -362,129 +153,30 @@ class Scheduler:
     ) -> WorkItem:
         if self._closing:
             raise Unavailable(f"model '{self._label}' is shutting down")
-        loop = self._loop
-        assert loop is not None, "Scheduler.start() was not called"
-        cfg = self.config
-        level = priority if 1 <= priority <= cfg.priority_levels else cfg.default_priority
-        policy = cfg.policies[level - 1]
-        queue = self._levels[level - 1]
-        if policy.max_queue_size and len(queue) + len(self._delayed[level - 1]) >= policy.max_queue_size:
-            raise Unavailable(f"Exceeds maximum queue size of {policy.max_queue_size} for model '{self._label}'")
-        shape_key: Hashable = None
-        if cfg.batching:
-            if len(inputs) == 1:
-                ((name, array),) = inputs.items()
-                batch_size = array.shape[0]
-                if cfg.dynamic:
-                    shape_key = (name, array.shape[1:])
-            else:
-                batch_size = next(iter(inputs.values())).shape[0]
-                if cfg.dynamic:
-                    shape_key = tuple([(n, a.shape[1:]) for n, a in inputs.items()])
-        else:
-            batch_size = 1
-        item = WorkItem(
-            inputs=inputs,
-            outputs=tuple(outputs),
-            batch_size=batch_size,
-            shape_key=shape_key,
-            enqueued_ns=perf_counter_ns(),
-            future=loop.create_future(),
-            level=level,
-            queue=queue,
-            on_start=on_start,
-            trace=trace,
-            request=request,
-        )
-        timeout_ns = policy.default_timeout_ns if timeout_us is None else policy.timeout_ns(timeout_us)
-        if timeout_ns:
-            deadline_ns = item.enqueued_ns + timeout_ns
-            item.timer = loop.call_later(timeout_ns / 1e9, self._expire, item, policy.timeout_action, deadline_ns)
-        queue.append(item)
-        self._queued += 1
-        return item
-
-    def _withdraw(self, item: WorkItem) -> None:
-        """The caller went away: drop the request if it has not started."""
-        if item.queue is not None:
-            item.queue.remove(item)
-            item.queue = None
-            self._queued -= 1
-            self._pump()  # the batch ahead may now be complete, or the queue empty
-        if item.timer is not None:
-            item.timer.cancel()
-
-    def _expire(self, item: WorkItem, action: TimeoutAction, deadline_ns: int) -> None:
-        if item.queue is None:  # already running
-            return
-        early_ns = deadline_ns - perf_counter_ns()
-        if early_ns > 0:
-            # uvloop's timers count whole milliseconds of libuv's clock and can fire a fraction of a
-            # millisecond before perf_counter reaches the deadline: never time a request out early
-            assert self._loop is not None
-            item.timer = self._loop.call_later(early_ns / 1e9, self._expire, item, action, deadline_ns)
-            return
-        if action is TimeoutAction.DELAY:
-            item.queue.remove(item)
-            item.queue = self._delayed[item.level - 1]
-            item.queue.append(item)
-            item.timer = None
-            self._pump()
-            return
-        self._withdraw(item)
-        if not item.future.done():
-            item.future.set_exception(Unavailable("Request timeout expired"))
-
-    def _queues_in_order(self) -> Iterator[deque[WorkItem]]:
-        """Level 1, its delayed requests, level 2, its delayed requests, ..."""
-        for level, delayed in zip(self._levels, self._delayed, strict=True):
-            yield level
-            yield delayed
-
-    def _in_order(self) -> Iterator[WorkItem]:
-        return itertools.chain.from_iterable(self._queues_in_order())
+        return self._queue.add(inputs, outputs, priority, timeout_us, on_start, trace, request)
 
     def _plan(self) -> Plan:
-        if not self._queued:
+        if not self._queue.count:
             return Plan(0, None)
         if not self.config.dynamic:
             return Plan(1)
         # while draining nobody waits for more arrivals: plan as if every delay had run out
         now = perf_counter_ns() + (_FOREVER_NS if self._closing else 0)
-        return plan_batch(self._in_order(), self.config.batch, now)
-
-    def _take(self, count: int) -> list[WorkItem]:
-        """Pop the first ``count`` requests; any whose caller already left (not yet withdrawn) is dropped."""
-        taken: list[WorkItem] = []
-        popped = 0
-        for level_queue in self._queues_in_order():
-            while level_queue and popped < count:
-                item = level_queue.popleft()
-                popped += 1
-                item.queue = None
-                if item.timer is not None:
-                    item.timer.cancel()
-                    item.timer = None
-                if not item.future.done():
-                    taken.append(item)
-            if popped == count:
-                break
-        self._queued -= popped
-        return taken
+        return self.config.batch.plan(self._queue.in_order(), now)
 
     # -- dispatching ----------------------------------------------------------------------------
     def _pump(self) -> None:
         """Hand batches to free instances while the planner says go; else arm the delay timer."""
-        while self._free and self._queued:
+        while self._free and self._queue.count:
             plan = self._plan()
             if not plan.take:
                 if plan.wait_ns is not None:
                     self._arm_delay(plan.wait_ns)
                 break
-            items = self._take(plan.take)
+            items = self._queue.take(plan.take)
             if items:
                 self._launch(self._free.popleft(), items)
-        if self._closing and not self._queued and not self._in_flight and self._drained is not None:
+        if self._closing and not self._queue.count and not self._in_flight and self._drained is not None:
             self._drained.set()
 
     def _arm_delay(self, wait_ns: int) -> None:
@@ -502,7 +194,7 @@ class Scheduler:
         self._delay_timer = None
         self._pump()
 
-    def _launch(self, worker: _InstanceThread, items: list[WorkItem]) -> None:
+    def _launch(self, worker: InstanceThread, items: list[WorkItem]) -> None:
         start_ns = perf_counter_ns()
         seq = next(self._dispatch_seq)
         rows = sum(i.batch_size for i in items)
@@ -521,7 +213,7 @@ class Scheduler:
         batch_trace = None if traced is None else self._trace_started(traced, rows)
         self._in_flight += 1
 
-        def done(result: _Result | None, exc: BaseException | None) -> None:
+        def done(result: Result | None, exc: BaseException | None) -> None:
             self._finished(result, exc, worker, items, rows, seq, start_ns)
             if batch_trace is not None:
                 self._trace_finished(batch_trace, result, exc)
@@ -539,7 +231,7 @@ class Scheduler:
             logger.exception("tracing a batch of %s failed", self._label)
             return None
 
-    def _trace_finished(self, batch: TracedBatch, result: _Result | None, exc: BaseException | None) -> None:
+    def _trace_finished(self, batch: TracedBatch, result: Result | None, exc: BaseException | None) -> None:
         try:
             batch.finished(exc, None if result is None else result[1:])
         except Exception:
@@ -547,9 +239,9 @@ class Scheduler:
 
     def _finished(
         self,
-        result: _Result | None,
+        result: Result | None,
         exc: BaseException | None,
-        worker: _InstanceThread,
+        worker: InstanceThread,
         items: list[WorkItem],
         rows: int,
         seq: int,

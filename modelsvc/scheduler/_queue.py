@@ -1,0 +1,173 @@
+"""The requests waiting for a batch: one queue per priority level, each with its delayed requests, and timeouts.
+
+Each request waits in the queue of its priority level. Timeouts are timers set per request, so a request is
+rejected (or delayed) at its deadline, not when the scheduler next looks. A request whose caller went away
+leaves the queue at once and never runs. Whenever the head of the queue may have changed, the queue calls the
+scheduler back (``changed``) so that it plans again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import deque
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from dataclasses import dataclass, field
+from time import perf_counter_ns
+
+from ..protocol import InferRequest, Unavailable
+from ._config import SchedulerConfig, TimeoutAction
+from ._instances import Arrays
+from ._tracing import TracedRequest
+
+
+@dataclass(eq=False, slots=True)
+class WorkItem:
+    """One request waiting for (or in) a batch. Carries its own future."""
+
+    inputs: Arrays
+    outputs: tuple[str, ...]
+    batch_size: int
+    shape_key: Hashable
+    enqueued_ns: int
+    future: asyncio.Future[Arrays]
+    level: int
+    queue: deque[WorkItem] | None = None
+    timer: asyncio.TimerHandle | None = None
+    #: called on the event loop when the batch holding this request starts (tracing hooks)
+    on_start: Callable[[int], None] | None = field(default=None)
+    #: the request's trace when it is traced (None: not traced)
+    trace: TracedRequest | None = None
+    #: the data plane's request, handed to instances that take requests one by one
+    request: InferRequest | None = None
+
+
+class RequestQueue:
+    """The queued requests of one model version, in dispatch order: level 1, its delayed requests, level 2, ..."""
+
+    def __init__(self, config: SchedulerConfig, label: str, changed: Callable[[], None]) -> None:
+        self.config = config
+        self._label = label
+        self._changed = changed
+        self.levels: list[deque[WorkItem]] = [deque() for _ in range(config.priority_levels)]
+        self.delayed: list[deque[WorkItem]] = [deque() for _ in range(config.priority_levels)]
+        #: requests in the queue, not yet taken into a batch
+        self.count = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Futures and timers of the requests to come belong to ``loop``."""
+        self._loop = loop
+
+    def add(
+        self,
+        inputs: Arrays,
+        outputs: Sequence[str],
+        priority: int,
+        timeout_us: int | None,
+        on_start: Callable[[int], None] | None,
+        trace: TracedRequest | None = None,
+        request: InferRequest | None = None,
+    ) -> WorkItem:
+        """Queue a request at its priority level, with its timeout armed (the caller plans after)."""
+        loop = self._loop
+        assert loop is not None, "Scheduler.start() was not called"
+        cfg = self.config
+        level = priority if 1 <= priority <= cfg.priority_levels else cfg.default_priority
+        policy = cfg.policies[level - 1]
+        queue = self.levels[level - 1]
+        if policy.max_queue_size and len(queue) + len(self.delayed[level - 1]) >= policy.max_queue_size:
+            raise Unavailable(f"Exceeds maximum queue size of {policy.max_queue_size} for model '{self._label}'")
+        shape_key: Hashable = None
+        if cfg.batching:
+            if len(inputs) == 1:
+                ((name, array),) = inputs.items()
+                batch_size = array.shape[0]
+                if cfg.dynamic:
+                    shape_key = (name, array.shape[1:])
+            else:
+                batch_size = next(iter(inputs.values())).shape[0]
+                if cfg.dynamic:
+                    shape_key = tuple([(n, a.shape[1:]) for n, a in inputs.items()])
+        else:
+            batch_size = 1
+        item = WorkItem(
+            inputs=inputs,
+            outputs=tuple(outputs),
+            batch_size=batch_size,
+            shape_key=shape_key,
+            enqueued_ns=perf_counter_ns(),
+            future=loop.create_future(),
+            level=level,
+            queue=queue,
+            on_start=on_start,
+            trace=trace,
+            request=request,
+        )
+        timeout_ns = policy.default_timeout_ns if timeout_us is None else policy.timeout_ns(timeout_us)
+        if timeout_ns:
+            deadline_ns = item.enqueued_ns + timeout_ns
+            item.timer = loop.call_later(timeout_ns / 1e9, self._expire, item, policy.timeout_action, deadline_ns)
+        queue.append(item)
+        self.count += 1
+        return item
+
+    def withdraw(self, item: WorkItem) -> None:
+        """The caller went away: drop the request if it has not started."""
+        if item.queue is not None:
+            item.queue.remove(item)
+            item.queue = None
+            self.count -= 1
+            self._changed()  # the batch ahead may now be complete, or the queue empty
+        if item.timer is not None:
+            item.timer.cancel()
+
+    def _expire(self, item: WorkItem, action: TimeoutAction, deadline_ns: int) -> None:
+        if item.queue is None:  # already running
+            return
+        early_ns = deadline_ns - perf_counter_ns()
+        if early_ns > 0:
+            # uvloop's timers count whole milliseconds of libuv's clock and can fire a fraction of a
+            # millisecond before perf_counter reaches the deadline: never time a request out early
+            assert self._loop is not None
+            item.timer = self._loop.call_later(early_ns / 1e9, self._expire, item, action, deadline_ns)
+            return
+        if action is TimeoutAction.DELAY:
+            item.queue.remove(item)
+            item.queue = self.delayed[item.level - 1]
+            item.queue.append(item)
+            item.timer = None
+            self._changed()
+            return
+        self.withdraw(item)
+        if not item.future.done():
+            item.future.set_exception(Unavailable("Request timeout expired"))
+
+    def _queues_in_order(self) -> Iterator[deque[WorkItem]]:
+        """Level 1, its delayed requests, level 2, its delayed requests, ..."""
+        for level, delayed in zip(self.levels, self.delayed, strict=True):
+            yield level
+            yield delayed
+
+    def in_order(self) -> Iterator[WorkItem]:
+        """The queued requests in dispatch order: what a planner sees."""
+        return itertools.chain.from_iterable(self._queues_in_order())
+
+    def take(self, count: int) -> list[WorkItem]:
+        """Pop the first ``count`` requests; any whose caller already left (not yet withdrawn) is dropped."""
+        taken: list[WorkItem] = []
+        popped = 0
+        for level_queue in self._queues_in_order():
+            while level_queue and popped < count:
+                item = level_queue.popleft()
+                popped += 1
+                item.queue = None
+                if item.timer is not None:
+                    item.timer.cancel()
+                    item.timer = None
+                if not item.future.done():
+                    taken.append(item)
+            if popped == count:
+                break
+        self.count -= popped
+        return taken

@@ -1,0 +1,25 @@
+"""What tracing sees of the scheduler: a traced request in the queue, and the batch it ran in.
+
+The server's tracing implements these protocols; the scheduler only calls them (on the event loop) and never
+lets a tracing error lose a batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+
+class TracedBatch(Protocol):
+    """Tracing's view of one executing batch (see ``TracedRequest``)."""
+
+    def finished(self, error: BaseException | None, timings: tuple[int, int, int] | None) -> None:
+        """On the loop, when the batch is done: ``timings`` are input, infer and output ns (None on error)."""
+
+
+class TracedRequest(Protocol):
+    """What a traced request carries into the queue (``Scheduler.infer(trace=...)``); untraced ones carry None."""
+
+    def batch_started(self, batch: Sequence[Any], rows: int) -> TracedBatch:
+        """On the loop, called on the first traced request of a batch that starts, with all its traced
+        requests (``TracedRequest`` objects, in batch order) and the batch's rows."""
