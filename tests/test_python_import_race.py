@@ -3,7 +3,7 @@ import sys
 import threading
 from pathlib import Path
 
-from modelsvc.backends._python import _ModelFile
+from modelsvc.backends._python_import import _ModelFile
 
 
 def test_loading_python_models_never_hides_other_modules_from_a_concurrent_import(tmp_path: Path) -> None:
