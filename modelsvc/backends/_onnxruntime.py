@@ -26,207 +26,43 @@ Model-config ``parameters`` read here (string values, as in Triton's ORT backend
 gpu_execution_accelerator [{ name: "tensorrt" ... }] } }`` puts the TensorRT provider ahead of CUDA
 (``precision_mode`` FP32/FP16/BF16/INT8, ``max_workspace_size_bytes`` and the ``trt_*`` keys);
 ``name: "cuda"`` passes its parameters to the CUDA provider.
+
+The options read from the config live in ``_onnxruntime_options``; the instance that runs batches in
+``_onnxruntime_instance``. This module completes and checks configs and creates the instances.
 """
 
 from __future__ import annotations
 
-import ctypes
 import logging
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import onnxruntime as ort
-from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
 from tritonclient.grpc import model_config_pb2
 
-from modelsvc.protocol import ONNX_TO_CONFIG, InternalError, InvalidArgument, Unavailable
+from modelsvc.protocol import ONNX_TO_CONFIG
 
-from ._base import Arrays, ConfigMismatchError, ModelConfig, ModelInstance, ModelLoadError
+from ._base import ConfigMismatchError, ModelConfig, ModelInstance, ModelLoadError
 from ._devices import placements
+from ._onnxruntime_instance import OnnxRuntimeInstance
+from ._onnxruntime_options import (
+    _CPU,
+    _CUDA,
+    _TRT,
+    ProviderSpec,
+    _available,
+    _bool_param,
+    _check_cpu_accelerators,
+    _gpu_providers,
+    _run_options,
+    _session_options,
+)
 
 logger = logging.getLogger("modelsvc.backends.onnxruntime")
 
 #: Triton's ``--backend-config=onnxruntime,default-max-batch-size`` default
 DEFAULT_MAX_BATCH_SIZE = 4
-
-
-_CUDA = "CUDAExecutionProvider"
-_TRT = "TensorrtExecutionProvider"
-_CPU = "CPUExecutionProvider"
-
-_GRAPH_LEVELS = {
-    -1: ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-    1: ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-    2: ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
-}
-
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
-
-# TensorRT accelerator parameters that pass through under their own name (see the backend's README)
-_TRT_PASSTHROUGH = {
-    "trt_max_partition_iterations",
-    "trt_min_subgraph_size",
-    "trt_dla_enable",
-    "trt_dla_core",
-    "trt_engine_cache_enable",
-    "trt_engine_cache_path",
-    "trt_engine_cache_prefix",
-    "trt_dump_subgraphs",
-    "trt_force_sequential_engine_build",
-    "trt_context_memory_sharing_enable",
-    "trt_layer_norm_fp32_fallback",
-    "trt_timing_cache_enable",
-    "trt_timing_cache_path",
-    "trt_force_timing_cache",
-    "trt_detailed_build_log",
-    "trt_build_heuristics_enable",
-    "trt_sparsity_enable",
-    "trt_builder_optimization_level",
-    "trt_auxiliary_streams",
-    "trt_tactic_sources",
-    "trt_extra_plugin_lib_paths",
-    "trt_profile_min_shapes",
-    "trt_profile_max_shapes",
-    "trt_profile_opt_shapes",
-    "trt_cuda_graph_enable",
-}
-_TRT_RENAMED = {
-    "max_workspace_size_bytes": "trt_max_workspace_size",
-    "int8_calibration_table_name": "trt_int8_calibration_table_name",
-    "int8_use_native_calibration_table": "trt_int8_use_native_calibration_table",
-}
-_TRT_PRECISION = {
-    "FP32": None,
-    "FP16": "trt_fp16_enable",
-    "BF16": "trt_bf16_enable",
-    "INT8": "trt_int8_enable",
-}
-
-ProviderSpec = str | tuple[str, dict[str, str]]
-
-
-# --- model config parameters ------------------------------------------------------------------------
-
-
-def _param(config: ModelConfig, key: str) -> str | None:
-    if key in config.parameters:
-        return str(config.parameters[key].string_value).strip()
-    return None
-
-
-def _bool_param(config: ModelConfig, key: str, default: bool) -> bool:
-    value = _param(config, key)
-    if value is None or value == "":
-        return default
-    if value.lower() in _TRUE:
-        return True
-    if value.lower() in _FALSE:
-        return False
-    raise ModelLoadError(f"parameter '{key}' must be true/false or 1/0, got '{value}'")
-
-
-def _int_param(config: ModelConfig, key: str, default: int) -> int:
-    value = _param(config, key)
-    if value is None or value == "":
-        return default
-    try:
-        return int(value)
-    except ValueError:
-        raise ModelLoadError(f"parameter '{key}' must be an integer, got '{value}'") from None
-
-
-def _session_options(config: ModelConfig) -> ort.SessionOptions:
-    options = ort.SessionOptions()
-    level = config.optimization.graph.level if config.optimization.HasField("graph") else 0
-    options.graph_optimization_level = _GRAPH_LEVELS.get(level, ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
-    mode = _int_param(config, "execution_mode", 0)
-    if mode not in (0, 1):
-        raise ModelLoadError(f"parameter 'execution_mode' must be 0 (sequential) or 1 (parallel), got {mode}")
-    options.execution_mode = ort.ExecutionMode.ORT_PARALLEL if mode == 1 else ort.ExecutionMode.ORT_SEQUENTIAL
-    intra = _int_param(config, "intra_op_thread_count", 0)
-    if intra > 0:
-        options.intra_op_num_threads = intra
-    inter = _int_param(config, "inter_op_thread_count", 0)
-    if inter > 0:
-        options.inter_op_num_threads = inter
-    if _param(config, "enable_mem_arena") is not None:
-        options.enable_cpu_mem_arena = _bool_param(config, "enable_mem_arena", True)
-    if _param(config, "enable_mem_pattern") is not None:
-        options.enable_mem_pattern = _bool_param(config, "enable_mem_pattern", True)
-    initializers = _param(config, "session.use_device_allocator_for_initializers")
-    if initializers is not None:
-        options.add_session_config_entry("session.use_device_allocator_for_initializers", initializers)
-    spinning = "1" if _bool_param(config, "allow_spinning", False) else "0"
-    options.add_session_config_entry("session.intra_op.allow_spinning", spinning)
-    options.add_session_config_entry("session.inter_op.allow_spinning", spinning)
-    return options
-
-
-def _run_options(config: ModelConfig) -> ort.RunOptions | None:
-    shrinkage = _param(config, "memory.enable_memory_arena_shrinkage")
-    if shrinkage is None:
-        return None
-    options = ort.RunOptions()
-    options.add_run_config_entry("memory.enable_memory_arena_shrinkage", shrinkage)
-    return options
-
-
-def _trt_options(parameters: dict[str, str]) -> dict[str, str]:
-    options: dict[str, str] = {}
-    for key, value in parameters.items():
-        if key == "precision_mode":
-            if value not in _TRT_PRECISION:
-                raise ModelLoadError(f"unsupported TensorRT precision_mode '{value}' (FP32, FP16, BF16 or INT8)")
-            flag = _TRT_PRECISION[value]
-            if flag is not None:
-                options[flag] = "1"
-        elif key in _TRT_RENAMED:
-            options[_TRT_RENAMED[key]] = value
-        elif key in _TRT_PASSTHROUGH:
-            options[key] = value
-        else:
-            raise ModelLoadError(f"unknown parameter '{key}' for the TensorRT execution accelerator")
-    return options
-
-
-def _gpu_providers(config: ModelConfig, device_id: int) -> tuple[list[ProviderSpec], bool]:
-    """Providers for a GPU instance, best first; and whether TensorRT was asked for."""
-    cuda: dict[str, str] = {}
-    trt: dict[str, str] | None = None
-    for accelerator in config.optimization.execution_accelerators.gpu_execution_accelerator:
-        params = dict(accelerator.parameters)
-        if accelerator.name == "tensorrt":
-            trt = _trt_options(params)
-        elif accelerator.name == "cuda":
-            cuda.update(params)
-        else:
-            raise ModelLoadError(f"unknown gpu_execution_accelerator '{accelerator.name}' (supported: tensorrt, cuda)")
-    providers: list[ProviderSpec] = []
-    if trt is not None:
-        providers.append((_TRT, {**trt, "device_id": str(device_id)}))
-    providers.append((_CUDA, {**cuda, "device_id": str(device_id)}))
-    providers.append(_CPU)
-    return providers, trt is not None
-
-
-def _check_cpu_accelerators(config: ModelConfig) -> None:
-    for accelerator in config.optimization.execution_accelerators.cpu_execution_accelerator:
-        if accelerator.name == "openvino":
-            raise ModelLoadError(
-                "cpu_execution_accelerator 'openvino' is not supported by modelsvc's ONNX Runtime backend; "
-                "remove it to run on ONNX Runtime's CPU provider"
-            )
-        raise ModelLoadError(f"unknown cpu_execution_accelerator '{accelerator.name}'")
-
-
-def _available(providers: list[ProviderSpec]) -> list[ProviderSpec]:
-    # ORT warns (a Python warning) about providers its build lacks; leave those out ourselves.
-    available = set(ort.get_available_providers())
-    return [p for p in providers if (p if isinstance(p, str) else p[0]) in available]
 
 
 # --- tensors ---------------------------------------------------------------------------------------
@@ -488,124 +324,3 @@ class OnnxRuntimeBackend:
                     '"allow_cpu_fallback" value { string_value: "true" } } to accept CPU'
                 )
         return OnnxRuntimeInstance(name, device, actual, session, run_options)
-
-
-# --- an instance ------------------------------------------------------------------------------------
-
-
-def _to_ort_strings(array: np.ndarray[Any, Any], name: str) -> np.ndarray[Any, Any]:
-    flat = array.reshape(-1)
-    out = np.empty(flat.shape[0], dtype=np.object_)
-    try:
-        for i, item in enumerate(flat):
-            out[i] = item.decode("utf-8") if isinstance(item, bytes | bytearray) else str(item)
-    except UnicodeDecodeError:
-        raise InvalidArgument(
-            f"input '{name}': ONNX Runtime string tensors need UTF-8; element {i} is not valid UTF-8"
-        ) from None
-    return out.reshape(array.shape)
-
-
-def _from_ort_strings(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    flat = array.reshape(-1)
-    out = np.empty(flat.shape[0], dtype=np.object_)
-    for i, item in enumerate(flat):
-        out[i] = item.encode("utf-8") if isinstance(item, str) else bytes(item)
-    return out.reshape(array.shape)
-
-
-class OnnxRuntimeInstance:
-    """One ONNX Runtime session. ORT releases the GIL while it runs."""
-
-    def __init__(
-        self,
-        name: str,
-        device: str,
-        providers: list[str],
-        session: ort.InferenceSession,
-        run_options: ort.RunOptions | None = None,
-    ) -> None:
-        self.name = name
-        self.device = device
-        self.providers = providers
-        self._session: ort.InferenceSession | None = session
-        self._run_options = run_options
-        self._string_inputs = {n.name for n in session.get_inputs() if n.type == "tensor(string)"}
-        self._output_names = [n.name for n in session.get_outputs()]
-        self._lock = threading.Lock()
-
-    def execute(self, inputs: Arrays, output_names: Sequence[str]) -> Arrays:
-        """Run the session; ``output_names`` empty means every model output."""
-        session = self._session
-        if session is None:
-            raise Unavailable(f"model instance '{self.name}' is closed")
-        feed = {
-            name: _to_ort_strings(array, name) if name in self._string_inputs else array
-            for name, array in inputs.items()
-        }
-        names = list(output_names) or self._output_names
-        try:
-            with self._lock:
-                if _BF16 is not None and (
-                    any(a.dtype == _BF16 for a in feed.values()) or _has_bf16_output(session, names)
-                ):
-                    return _run_bf16(session, names, feed, self._run_options)
-                results = session.run(names, feed, self._run_options)
-        except ort_state.InvalidArgument as exc:
-            raise InvalidArgument(f"onnx runtime error: {exc}") from exc
-        except (
-            ort_state.Fail,
-            ort_state.RuntimeException,
-            ort_state.NotImplemented,
-            ort_state.EPFail,
-        ) as exc:
-            raise InternalError(f"onnx runtime error in instance '{self.name}': {exc}") from exc
-        out: Arrays = {}
-        for name, result in zip(names, results, strict=True):
-            array = np.asarray(result)
-            out[name] = _from_ort_strings(array) if array.dtype.kind in ("O", "U", "S") else array
-        return out
-
-    def close(self) -> None:
-        self._session = None
-
-    def __repr__(self) -> str:
-        return f"OnnxRuntimeInstance(name={self.name!r}, device={self.device!r}, providers={self.providers!r})"
-
-
-try:  # BF16 tensors travel as ml_dtypes.bfloat16 arrays, which ONNX Runtime's numpy bridge cannot take
-    import ml_dtypes as _ml_dtypes
-
-    _BF16: np.dtype[Any] | None = np.dtype(_ml_dtypes.bfloat16)
-except ImportError:  # pragma: no cover - depends on the environment
-    _BF16 = None
-
-
-def _has_bf16_output(session: Any, names: Sequence[str]) -> bool:
-    return any(o.type == "tensor(bfloat16)" and o.name in names for o in session.get_outputs())
-
-
-def _run_bf16(session: Any, names: Sequence[str], feed: Arrays, run_options: Any) -> Arrays:
-    """Run with OrtValues so BF16 goes in and out as raw 16-bit data (CPU memory)."""
-    values = {}
-    for name, array in feed.items():
-        if array.dtype == _BF16:
-            values[name] = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
-                np.ascontiguousarray(array).view(np.uint16), _ONNX_BFLOAT16
-            )
-        else:
-            values[name] = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array))
-    results = session.run_with_ort_values(list(names), values, run_options)
-    out: Arrays = {}
-    for name, value in zip(names, results, strict=True):
-        if value.data_type() == "tensor(bfloat16)":
-            shape = tuple(value.shape())
-            count = int(np.prod(shape)) if shape else 1
-            raw = np.ctypeslib.as_array((ctypes.c_uint16 * count).from_address(value.data_ptr()))
-            out[name] = raw.copy().view(_BF16).reshape(shape)
-        else:
-            out[name] = value.numpy()
-    return out
-
-
-_ONNX_BFLOAT16 = 16  # onnx.TensorProto.BFLOAT16
