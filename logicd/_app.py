@@ -476,7 +476,7 @@ def create_app(service: Service, config: ServiceConfig) -> Litestar:
 
     guard = _auth_guard(config)
     handlers: list[Any] = [live, ready, metrics, *(_route(r, runtime, guard) for r in service.routes)]
-    handlers += docs_handlers(title=config.name)  # /docs: works offline, no CDN
+    handlers += docs_handlers(title=config.name)  # /docs: Swagger UI served by the app itself, no CDN
     return Litestar(
         route_handlers=handlers,
         on_startup=[runtime.start],
