@@ -1,4 +1,5 @@
-"""Start and stop the servers under test: modelsvc, and (optionally) a real Triton from nvidia-pytriton."""
+"""Start and stop the servers under test: modelsvc, a service's pair (modelsvc + logicd), the naive service, and
+(optionally) a real Triton from nvidia-pytriton."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import sys
 import sysconfig
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import IO
@@ -20,6 +22,8 @@ from typing import IO
 import httpx
 
 READY_TIMEOUT_S = 60.0
+ROOT = Path(__file__).resolve().parents[1]
+"""The repository root: the example services live in ROOT / "services"."""
 
 
 _handed_out: set[int] = set()
@@ -73,13 +77,27 @@ def tree_cpu_seconds(root: int) -> float:
 
 
 class ServerProcess:
-    """A server process on free ports; ready when GET /v2/health/ready answers 200; stopped with SIGTERM."""
+    """A server process on free ports; ready when GET ``ready_path`` (/v2/health/ready) answers 200; stopped with
+    SIGTERM."""
 
-    def __init__(self, name: str, argv: Sequence[str], http_port: int, env: dict[str, str] | None = None):
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        http_port: int,
+        env: dict[str, str] | None = None,
+        *,
+        ready_path: str = "/v2/health/ready",
+        ready_timeout_s: float = READY_TIMEOUT_S,
+        cwd: Path | None = None,
+    ):
         self.name = name
         self.argv = list(argv)
         self.http_port = http_port
         self.env = env
+        self.ready_path = ready_path
+        self.ready_timeout_s = ready_timeout_s
+        self.cwd = cwd
         self._log: IO[bytes] | None = None  # created when started, removed when stopped
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -106,22 +124,24 @@ class ServerProcess:
     def __enter__(self) -> ServerProcess:
         self._log = tempfile.NamedTemporaryFile(prefix=f"{self.name}-", suffix=".log", delete=False)
         try:
-            self.proc = subprocess.Popen(self.argv, stdout=self._log, stderr=subprocess.STDOUT, env=self.env)
+            self.proc = subprocess.Popen(
+                self.argv, stdout=self._log, stderr=subprocess.STDOUT, env=self.env, cwd=self.cwd
+            )
         except OSError:
             self._remove_log()  # nothing was written to it
             raise
-        deadline = time.monotonic() + READY_TIMEOUT_S
+        deadline = time.monotonic() + self.ready_timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise self._failed(f"exited with code {self.proc.returncode} before it was ready")
             try:
-                if httpx.get(f"{self.base_url}/v2/health/ready", timeout=2.0).status_code == 200:
+                if httpx.get(f"{self.base_url}{self.ready_path}", timeout=2.0).status_code == 200:
                     return self
             except httpx.HTTPError:
                 pass
             time.sleep(0.25)
         self.stop()
-        raise self._failed(f"not ready after {READY_TIMEOUT_S:.0f} s")
+        raise self._failed(f"not ready after {self.ready_timeout_s:.0f} s")
 
     def _failed(self, what: str) -> RuntimeError:
         """The start failed: keep the log (its path is printed, and named in the error) for the user to read."""
@@ -171,7 +191,7 @@ def modelsvc_executable() -> Path | None:
     return Path(found) if found else None
 
 
-def modelsvc_server(repo: Path) -> ServerProcess:
+def modelsvc_server(repo: Path, ready_timeout_s: float = READY_TIMEOUT_S) -> ServerProcess:
     exe = modelsvc_executable()
     if exe is None:
         raise RuntimeError("modelsvc console script not found: run `.venv/bin/pip install -e . --no-deps`")
@@ -184,7 +204,45 @@ def modelsvc_server(repo: Path) -> ServerProcess:
         "--metrics-port", str(free_port()),
         "--http-address", "127.0.0.1",
     ]  # fmt: skip
-    return ServerProcess("modelsvc", argv, http)
+    return ServerProcess("modelsvc", argv, http, ready_timeout_s=ready_timeout_s)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# an example service as it runs in production, and the naive one-process service it is measured against
+
+
+def logicd_server(service: Path, model_url: str, ready_timeout_s: float = READY_TIMEOUT_S) -> ServerProcess:
+    """``logicd serve SERVICE`` against the model service at ``model_url``."""
+    http = free_port()
+    argv = [
+        sys.executable, "-m", "logicd", "serve", str(service),
+        "--host", "127.0.0.1", "--port", str(http), "--model-url", model_url,
+    ]  # fmt: skip
+    return ServerProcess(
+        "logicd", argv, http, ready_path="/health/ready", ready_timeout_s=ready_timeout_s, cwd=ROOT
+    )
+
+
+@contextmanager
+def service_pair(service: str, ready_timeout_s: float = 120.0) -> Iterator[str]:
+    """The example service ``services/<service>`` as two processes, ``modelsvc serve`` on its model repository
+    and ``logicd serve`` on its folder; yields the logic server's base URL. Its model must be built first
+    (``python -m services.build``)."""
+    folder = ROOT / "services" / service
+    with (
+        modelsvc_server(folder / "model_repository", ready_timeout_s) as model,
+        logicd_server(folder, model.base_url, ready_timeout_s) as logic,
+    ):
+        yield logic.base_url
+
+
+@contextmanager
+def naive_service() -> Iterator[str]:
+    """loadtests/naive_service.py in a child process on a free port; yields its base URL."""
+    http = free_port()
+    argv = [sys.executable, "-m", "loadtests.naive_service", "--port", str(http)]
+    with ServerProcess("naive_service", argv, http, ready_path="/health/ready", cwd=ROOT) as proc:
+        yield proc.base_url
 
 
 # ---------------------------------------------------------------------------------------------------------

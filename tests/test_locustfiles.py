@@ -38,7 +38,7 @@ def built() -> None:
 def test_locustfile_runs_clean(service: str, built: None, locust: Path, tmp_path: Path) -> None:
     from services.conftest import Pair
 
-    locustfile = ROOT / "services" / service / "locustfile.py"
+    locustfile = ROOT / "loadtests" / "locust" / f"{service}.py"
     prefix = tmp_path / "stats"
     with Pair(service) as pair:
         run = subprocess.run(

@@ -1,6 +1,6 @@
 """Load for doc_classifier with locust: a mix of short news items, batches of them, and long documents.
 
-    locust -f services/doc_classifier/locustfile.py --host http://127.0.0.1:8080 --headless -u 8 -r 4 -t 30s
+    locust -f loadtests/locust/doc_classifier.py --host http://127.0.0.1:8080 --headless -u 8 -r 4 -t 30s
 
 Each simulated user sends, by weight: one short document (5), a batch of four short ones with ``top_k`` 2 (3), and
 one long document of 2,000 to 4,000 tokens, cut by the service into several 512-token windows (2). Every answer is

@@ -1,6 +1,6 @@
 """Load for the embedder with locust: OpenAI-style embeddings of one text and of batches of texts.
 
-    locust -f services/embedder/locustfile.py --host http://127.0.0.1:8081 --headless -u 8 -r 4 -t 30s
+    locust -f loadtests/locust/embedder.py --host http://127.0.0.1:8081 --headless -u 8 -r 4 -t 30s
 
 Each simulated user sends, by weight: one short text (5), a batch of 8 texts (3), a batch of 32 (1), and one
 text with ``encoding_format: base64`` as OpenAI's SDKs send it (2). Every answer is checked: status 200,
