@@ -23,10 +23,10 @@ from modelsvc.tools.export import (
     ExportOptions,
     ExportReport,
     ExportUsageError,
-    _split_unsqueezes,
     export_model,
     make_config,
 )
+from modelsvc.tools.export._optimize import _split_unsqueezes
 from modelsvc.tools.inspect_model import TensorInfo, inspect_model
 from tests._server import ROOT, ModelsvcProcess
 

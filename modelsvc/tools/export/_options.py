@@ -1,0 +1,138 @@
+"""What ``modelsvc export`` is asked to do and what it reports: the choices, the options and their checks.
+
+``ExportOptions`` carries ``modelsvc export``'s flags (``modelsvc._cli`` spells the same choices out, so
+that building its parser imports nothing of the export; a test checks that they agree); ``validate``
+refuses a bad combination before anything is loaded; ``ExportReport`` is what ``export_model`` hands back.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..inspect_model import TensorInfo
+from ._errors import ExportUsageError
+
+__all__ = ["INT_DTYPES", "KINDS", "POOLINGS", "TASKS", "ExportOptions", "ExportReport", "validate"]
+
+TASKS = ("auto", "feature-extraction", "sequence-classification", "token-classification")
+POOLINGS = ("none", "mean", "cls")
+INT_DTYPES = ("int64", "int32")
+KINDS = ("KIND_CPU", "KIND_GPU")
+
+
+def _log_stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """What to export, and how; the fields are ``modelsvc export``'s flags."""
+
+    #: a local transformers model folder (config.json and weights) or a hub name already in the cache
+    model: str
+    #: the Triton model repository to write into
+    model_repository: Path
+    #: the model's folder and name in the repository
+    model_name: str
+    #: the numbered version folder that receives model.onnx
+    version: int = 1
+    #: auto (from the config's ``architectures``), feature-extraction, sequence-classification or
+    #: token-classification
+    task: str = "auto"
+    #: feature-extraction only: none, mean (over tokens whose attention_mask is 1, as sentence-transformers
+    #: does) or cls (the first token); adds the output ``sentence_embedding`` [batch, hidden]
+    pooling: str = "none"
+    #: L2-normalize ``sentence_embedding`` inside the graph
+    normalize: bool = False
+    #: the ONNX operator set to export with
+    opset: int = 18
+    #: int64 or int32 for the integer inputs; int32 inputs are cast to int64 inside the graph
+    int_dtype: str = "int64"
+    #: run ONNX Runtime's transformer optimizer (attention fusion) and report what it fused
+    optimize: bool = False
+    #: config.pbtxt ``max_batch_size``; 0 writes a model without Triton batching (dims then include the batch)
+    max_batch_size: int = 8
+    #: write a ``dynamic_batching`` block (needs max_batch_size > 0)
+    dynamic_batching: bool = True
+    #: ``dynamic_batching.max_queue_delay_microseconds``
+    max_queue_delay_microseconds: int = 0
+    #: ``dynamic_batching.preferred_batch_size``
+    preferred_batch_size: tuple[int, ...] = ()
+    #: ``instance_group[0].count``
+    instance_count: int = 1
+    #: ``instance_group[0].kind``: KIND_CPU or KIND_GPU
+    kind: str = "KIND_CPU"
+    #: the largest max abs difference between ONNX Runtime and PyTorch accepted for any output
+    tolerance: float = 1e-4
+    #: replace an existing config.pbtxt; without it an existing one is kept
+    overwrite_config: bool = False
+    #: where progress lines go (stderr by default)
+    log: Callable[[str], None] = field(default=_log_stderr, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class ExportReport:
+    """What ``export_model`` wrote and measured."""
+
+    model_path: Path
+    config_path: Path
+    #: False when an existing config.pbtxt was kept
+    config_written: bool
+    #: the tensors as the config declares them: Triton datatypes, dims without the batch dim when
+    #: max_batch_size > 0, -1 for a dynamic dim
+    inputs: list[TensorInfo]
+    outputs: list[TensorInfo]
+    #: per output, the largest abs difference between ONNX Runtime and PyTorch over the check's inputs
+    #: (of the optimized model when optimizing)
+    max_abs_diff: dict[str, float]
+    #: ONNX Runtime's count of each fused operator it produced (only those it produced); empty unless optimizing
+    fused_operators: dict[str, int]
+    #: the opset of the written model, and the task that was exported
+    opset: int = 0
+    task: str = ""
+    #: seconds spent exporting, optimizing and checking
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def validate(options: ExportOptions) -> None:
+    """Refuse options that cannot work together, each with a one-line ExportUsageError."""
+    def bad(message: str) -> ExportUsageError:
+        return ExportUsageError(message)
+
+    if options.task not in TASKS:
+        raise bad(f"task {options.task!r} is not one of {', '.join(TASKS)}")
+    if options.pooling not in POOLINGS:
+        raise bad(f"pooling {options.pooling!r} is not one of {', '.join(POOLINGS)}")
+    if options.pooling != "none" and options.task not in ("auto", "feature-extraction"):
+        raise bad(f"pooling applies to feature-extraction, not {options.task}")
+    if options.normalize and options.pooling == "none":
+        raise bad("normalize needs a pooling (mean or cls): it normalizes sentence_embedding")
+    if options.int_dtype not in INT_DTYPES:
+        raise bad(f"int dtype {options.int_dtype!r} is not one of {', '.join(INT_DTYPES)}")
+    if options.kind not in KINDS:
+        raise bad(f"kind {options.kind!r} is not one of {', '.join(KINDS)}")
+    name = options.model_name
+    if not name or name in (".", "..") or "/" in name or "\\" in name or name.startswith("."):
+        raise bad(f"model name {name!r} cannot be a folder name in a model repository")
+    if options.version < 1:
+        raise bad(f"version {options.version} must be at least 1")
+    if options.opset < 7:
+        raise bad(f"opset {options.opset} is older than ONNX Runtime supports")
+    if options.max_batch_size < 0:
+        raise bad(f"max batch size {options.max_batch_size} cannot be negative")
+    if options.max_queue_delay_microseconds < 0:
+        raise bad("max queue delay cannot be negative")
+    if options.preferred_batch_size:
+        if options.max_batch_size == 0 or not options.dynamic_batching:
+            raise bad("preferred batch sizes need dynamic batching and a max batch size above 0")
+        wrong = [n for n in options.preferred_batch_size if not 1 <= n <= options.max_batch_size]
+        if wrong:
+            raise bad(f"preferred batch sizes {wrong} are outside 1..{options.max_batch_size} (the max batch size)")
+    if options.instance_count < 1:
+        raise bad(f"instance count {options.instance_count} must be at least 1")
+    if not math.isfinite(options.tolerance) or options.tolerance < 0:
+        raise bad(f"tolerance {options.tolerance} must be a number >= 0")
