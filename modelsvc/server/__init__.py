@@ -4,9 +4,12 @@ from ._dataplane import DataPlane
 from ._http import InferEndpoint, Reply, create_http_app, infer_target
 from ._httpserver import HttpServer
 from ._metrics import Metrics
-from ._models import ModelControlMode, ModelEntry, ModelManager, ModelVersion, TensorSpec
+from ._models import ModelControlMode, ModelManager
+from ._registry import ModelEntry
 from ._restricted import ApiCategory, RestrictedApis
 from ._serve import ServeOptions, create_metrics_app, serve
+from ._spec import TensorSpec
+from ._version import ModelVersion
 
 __all__ = [
     "ApiCategory",

@@ -22,7 +22,9 @@ from ..protocol import (
     Unavailable,
 )
 from ..protocol._pbjson import message_to_json
-from ._models import ModelControlMode, ModelManager, ModelVersion, TensorSpec
+from ._models import ModelControlMode, ModelManager
+from ._spec import TensorSpec
+from ._version import ModelVersion
 
 if TYPE_CHECKING:
     from ._cache import ResponseCache

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -39,11 +39,8 @@ from ..protocol import (
     Unavailable,
 )
 from ..repository import EnsemblePlan, EnsembleStep
-from ..scheduler import ModelStats
-from ..scheduler._scheduler import TracedBatch, TracedRequest
-
-if TYPE_CHECKING:
-    from ._models import ModelManager, ModelVersion, TensorSpec
+from ..scheduler import ModelStats, TracedBatch, TracedRequest
+from ._spec import TensorSpec
 
 Arrays = dict[str, np.ndarray[Any, Any]]
 logger = logging.getLogger("modelsvc.ensemble")
@@ -52,6 +49,38 @@ class InferTarget(Protocol):
     """Where steps go: the data plane's inference path."""
 
     async def infer(self, name: str, version: str | None, request: InferRequest) -> InferResponse: ...
+
+
+class ComposingVersion(Protocol):
+    """What the checks of an ensemble read of a composing model's loaded version (a ``ModelVersion``)."""
+
+    @property
+    def max_batch_size(self) -> int: ...
+    @property
+    def batching(self) -> bool: ...
+    @property
+    def inputs(self) -> Mapping[str, TensorSpec]: ...
+    @property
+    def outputs(self) -> Mapping[str, TensorSpec]: ...
+
+
+class ComposingModel(Protocol):
+    """A composing model as the model table holds it (a ``ModelEntry``): its serving versions, or why none."""
+
+    @property
+    def versions(self) -> Mapping[int, ComposingVersion]: ...
+    @property
+    def reason(self) -> str: ...
+
+
+class ComposingModels(Protocol):
+    """What an ensemble needs of the model manager: the models it runs, and where its steps go (the data
+    plane, once set: steps look it up at each request)."""
+
+    @property
+    def models(self) -> Mapping[str, ComposingModel]: ...
+    @property
+    def infer_target(self) -> InferTarget | None: ...
 
 
 class EnsembleScheduler:
@@ -277,7 +306,7 @@ def _store(step: EnsembleStep, response: InferResponse, values: dict[str, Tensor
 def create_ensemble_scheduler(
     config: ModelConfig,
     stats: ModelStats,
-    models: ModelManager,
+    models: ComposingModels,
     inputs: dict[str, TensorSpec],
     outputs: dict[str, TensorSpec],
 ) -> EnsembleScheduler:
@@ -322,7 +351,7 @@ def _fits(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
     return len(a) == len(b) and all(x == y or x == -1 or y == -1 for x, y in zip(a, b, strict=True))
 
 
-def _composing_version(step: EnsembleStep, models: ModelManager) -> ModelVersion:
+def _composing_version(step: EnsembleStep, models: ComposingModels) -> ComposingVersion:
     entry = models.models.get(step.model_name)
     if entry is None or not entry.versions:
         why = f": {entry.reason}" if entry is not None and entry.reason else ""
@@ -341,7 +370,7 @@ def _composing_version(step: EnsembleStep, models: ModelManager) -> ModelVersion
 def _check_composing(
     plan: EnsemblePlan,
     config: ModelConfig,
-    models: ModelManager,
+    models: ComposingModels,
     inputs: dict[str, TensorSpec],
     outputs: dict[str, TensorSpec],
 ) -> None:

@@ -15,7 +15,8 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.utils import floatToGoString
 
 from ._cache import ResponseCache
-from ._models import ModelManager, ModelVersion
+from ._models import ModelManager
+from ._version import ModelVersion
 
 _LABELS = ("model", "version")
 

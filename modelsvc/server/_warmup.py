@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 from tritonclient.grpc import model_config_pb2
@@ -34,9 +34,7 @@ from tritonclient.grpc import model_config_pb2
 from ..backends import ModelConfig, ModelLoadError
 from ..protocol import CONFIG_TO_WIRE, ModelsvcError, deserialize_bytes_tensor, numpy_dtype
 from ..scheduler import ModelStats
-
-if TYPE_CHECKING:
-    from ._models import TensorSpec
+from ._spec import TensorSpec
 
 Arrays = dict[str, np.ndarray[Any, Any]]
 logger = logging.getLogger("modelsvc.warmup")
