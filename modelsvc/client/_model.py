@@ -1,14 +1,46 @@
-"""Model handles: the model's metadata read once, inputs checked locally before anything is sent."""
+"""Model handles: the model's metadata read once, inputs checked locally before anything is sent.
+
+A handle sends through the client that made it; :class:`InferClient` and :class:`AsyncInferClient` say
+what it needs of that client (``Client`` and ``AsyncClient`` are them), so handles know nothing else of it.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from ..protocol import Tensor
 from ._core import InferResult, ModelMetadata, check_inputs, check_outputs
 
-if TYPE_CHECKING:
-    from ._client import AsyncClient, Client
+
+class InferClient(Protocol):
+    """What ``Model`` needs of its client (a ``Client``): one inference call, with retries and tracing."""
+
+    def _infer(
+        self,
+        model: str,
+        version: str | None,
+        tensors: Sequence[Tensor],
+        outputs: Sequence[str] | None,
+        request_id: str | None,
+        parameters: Mapping[str, Any] | None,
+        timeout: float | None,
+    ) -> InferResult: ...
+
+
+class AsyncInferClient(Protocol):
+    """What ``AsyncModel`` needs of its client (an ``AsyncClient``): the awaited twin of ``InferClient``."""
+
+    async def _infer(
+        self,
+        model: str,
+        version: str | None,
+        tensors: Sequence[Tensor],
+        outputs: Sequence[str] | None,
+        request_id: str | None,
+        parameters: Mapping[str, Any] | None,
+        timeout: float | None,
+    ) -> InferResult: ...
 
 
 class _Handle:
@@ -44,7 +76,7 @@ class _Handle:
 class Model(_Handle):
     """``client.model("name")``; then ``model.infer(INPUT0=array)`` or ``model.infer({"INPUT0": array})``."""
 
-    def __init__(self, client: Client, metadata: ModelMetadata, version: str | None) -> None:
+    def __init__(self, client: InferClient, metadata: ModelMetadata, version: str | None) -> None:
         super().__init__(metadata, version)
         self._client = client
 
@@ -83,7 +115,7 @@ class Model(_Handle):
 class AsyncModel(_Handle):
     """The asyncio twin of ``Model``."""
 
-    def __init__(self, client: AsyncClient, metadata: ModelMetadata, version: str | None) -> None:
+    def __init__(self, client: AsyncInferClient, metadata: ModelMetadata, version: str | None) -> None:
         super().__init__(metadata, version)
         self._client = client
 
