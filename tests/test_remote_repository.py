@@ -34,7 +34,7 @@ from modelsvc.repository import (
     default_cache_dir,
     is_remote,
 )
-from modelsvc.repository._remote import _renameat2
+from modelsvc.repository._remote._swap import _renameat2
 from tests import onnx_models as om
 from tests._server import ROOT, ModelsvcProcess, free_port
 from tests.conftest import identity_config
