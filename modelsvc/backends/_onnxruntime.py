@@ -99,14 +99,14 @@ def _data_type_value(name: str) -> int:
     return int(model_config_pb2.DataType.Value(name))
 
 
-def _complete_tensor(entry: Any, info: _TensorInfo, kind: str, max_batch_size: int) -> None:
-    """Fill data_type and dims of a config input/output from the model; check what is given."""
+def _complete_tensor(entry: Any, info: _TensorInfo, kind: str, max_batch_size: int, model: str) -> None:
+    """Fill data_type and dims of a config input/output of ``model`` from the model; check what is given."""
     model_type = _data_type_value(info.data_type)
     if entry.data_type == 0:
         entry.data_type = model_type
     elif entry.data_type != model_type:
         raise ConfigMismatchError(
-            f"{kind} '{info.name}': configuration says {_data_type_name(entry.data_type)}, "
+            f"{kind} '{info.name}' of model '{model}': configuration says {_data_type_name(entry.data_type)}, "
             f"the model has {info.data_type}",
             tensor=info.name,
             field="data_type",
@@ -125,7 +125,8 @@ def _complete_tensor(entry: Any, info: _TensorInfo, kind: str, max_batch_size: i
     ):
         full = "[-1] + " if max_batch_size > 0 else ""
         raise ConfigMismatchError(
-            f"{kind} '{info.name}': configuration dims {full}{given} do not match the model's shape {info.dims}",
+            f"{kind} '{info.name}' of model '{model}': configuration dims {full}{given} do not match the "
+            f"model's shape {info.dims}",
             tensor=info.name,
             field="dims",
         )
@@ -142,19 +143,21 @@ def _check_io(config: ModelConfig, session: ort.InferenceSession) -> None:
             node = model.get(entry.name)
             if node is None:
                 raise ModelLoadError(
-                    f"configuration {kind} '{entry.name}' is not an {kind} of the model "
+                    f"configuration {kind} '{entry.name}' is not an {kind} of the model '{config.name}' "
                     f"(the model's {kind}s: {', '.join(model) or 'none'})"
                 )
             expected = ONNX_TO_CONFIG.get(node.type)
             if expected is not None and entry.data_type != _data_type_value(expected):
                 raise ModelLoadError(
-                    f"{kind} '{entry.name}': configuration says {_data_type_name(entry.data_type)}, "
-                    f"the model has {expected}"
+                    f"{kind} '{entry.name}' of model '{config.name}': configuration says "
+                    f"{_data_type_name(entry.data_type)}, the model has {expected}"
                 )
     listed = {entry.name for entry in config.input}
     missing = [node.name for node in session.get_inputs() if node.name not in listed]
     if missing:
-        raise ModelLoadError(f"the configuration does not list the model's input(s) {', '.join(missing)}")
+        raise ModelLoadError(
+            f"the configuration of model '{config.name}' does not list the model's input(s) {', '.join(missing)}"
+        )
 
 
 def _supports_batching(infos: Sequence[_TensorInfo]) -> bool:
@@ -220,7 +223,7 @@ class OnnxRuntimeBackend:
                 if info is None:
                     names = ", ".join(by_name) or "none"
                     raise ConfigMismatchError(
-                        f"configuration {kind} '{entry.name}' is not an {kind} of the model "
+                        f"configuration {kind} '{entry.name}' is not an {kind} of the model '{config.name}' "
                         f"(the model's {kind}s: {names})",
                         tensor=entry.name,
                         field="name",
@@ -233,18 +236,18 @@ class OnnxRuntimeBackend:
                     and not (info.dims and info.dims[0] == -1)
                 ):
                     raise ConfigMismatchError(
-                        f"max_batch_size is {max_batch_size} but the model's {kind} '{info.name}' has "
-                        f"shape {info.dims} with no variable first (batch) dimension; set "
+                        f"max_batch_size of model '{config.name}' is {max_batch_size} but the model's {kind} "
+                        f"'{info.name}' has shape {info.dims} with no variable first (batch) dimension; set "
                         "max_batch_size: 0 for a model that does not batch",
                         field="max_batch_size",
                     )
             for entry in entries:
-                _complete_tensor(entry, by_name[entry.name], kind, max_batch_size)
+                _complete_tensor(entry, by_name[entry.name], kind, max_batch_size, config.name)
             if add_missing:
                 for info in infos:
                     if info.name not in listed:
                         entry = entries.add(name=info.name)
-                        _complete_tensor(entry, info, kind, max_batch_size)
+                        _complete_tensor(entry, info, kind, max_batch_size, config.name)
 
     def create_instances(self, config: ModelConfig, artifact: Path, version: int) -> list[ModelInstance]:
         """One ONNX Runtime session per instance: per ``instance_group`` entry, ``count`` (x each GPU)."""
