@@ -1,7 +1,36 @@
 """Backends: what turns a model artifact into instances that execute batches.
 
-A backend is registered by name in :data:`BACKENDS` (a factory, so heavy imports stay lazy). A model
-config names its backend with ``backend`` or ``platform`` (Triton's names); :func:`get_backend` picks it.
+A model config names its backend with ``backend`` or ``platform`` (Triton's names); :func:`get_backend` picks it.
+
+Adding a backend (TensorRT, PyTorch and OpenVINO come next):
+
+- Implement the protocols of ``_base.py`` in ``_<name>.py`` (split into ``_<name>_*.py`` modules as it grows):
+  ``Backend`` (``name``, ``autocomplete(config, artifact)``, ``create_instances(config, artifact, version)``,
+  placing instances with ``_devices.placements``) and ``ModelInstance`` (``execute`` runs one batch on its
+  worker thread, never twice at once; BYTES are object arrays of ``bytes``). An instance that wants a batch's
+  requests one by one also has ``RequestsInstance.execute_requests``, as the python backend does.
+- Register it: a factory in :data:`BACKENDS` that imports the module inside the function, so that the heavy
+  library loads only when a model asks for the backend; when the import fails, the factory raises
+  ``ModelLoadError("backend 'tensorrt' needs TensorRT: pip install 'modelsvc[tensorrt]'")`` (the extra named
+  in pyproject.toml) from the ImportError, and the repository shows it at the model's ``backend`` line.
+  Also: its Triton ``platform`` in :data:`PLATFORM_BACKENDS` (and :data:`BACKEND_PLATFORMS` where Triton shows
+  one in GET /config), its model file in :data:`DEFAULT_MODEL_FILENAMES`.
+- Bad config: a config that disagrees with the artifact raises ``ConfigMismatchError`` (``tensor=`` and
+  ``field=`` let the repository point at the line of config.pbtxt), anything else that stops a load
+  ``ModelLoadError``; the message names the model and the tensor (the ONNX Runtime backend:
+  ``input 'INPUT0' of model 'm': configuration says TYPE_INT32, the model has TYPE_FP32``).
+- Bad tensors at request time: the data plane checks datatype, shape and batch size against the config before
+  ``execute`` (HTTP 400, gRPC INVALID_ARGUMENT, naming the tensor). What only the backend sees it raises as
+  ``modelsvc.protocol.InvalidArgument``, naming the tensor where it knows it, the same 400 / INVALID_ARGUMENT:
+  the ONNX Runtime backend for ORT's own INVALID_ARGUMENT (``onnx runtime error: ...``) and for BYTES that are
+  not UTF-8 (``input 'X': ...``); a python model answers ``TritonError(..., TritonError.INVALID_ARG)``. A
+  closed instance raises ``Unavailable`` (503, UNAVAILABLE). A failure of the runtime (e.g. inputs that fit
+  the config but not each other) is ``InternalError`` or any other exception: the scheduler answers 500 /
+  INTERNAL with a fixed message naming the model and logs the detail.
+- Tests: add one ``BackendCase`` to ``BACKEND_CASES`` in tests/test_backend_contract.py (loading, execution,
+  bad config, a real server over HTTP and gRPC, batching, bad requests) and keep what is the backend's own
+  (providers, options, its datatypes) in its own tests/test_<name>_backend.py; tests/test_import_graph.py
+  must stay green (no import cycles).
 """
 
 from __future__ import annotations
