@@ -29,6 +29,12 @@ ROOT = Path(__file__).resolve().parents[1]
 _handed_out: set[int] = set()
 
 
+def marker_of(venv: Path) -> Path:
+    """The file that records what a tool's own virtual environment (``.venv-mlserver``, ``.venv-locust``) was built
+    with: tests/_venvs.py writes it, the benchmarks read it."""
+    return venv / ".modelsvc-requirements"
+
+
 def free_port() -> int:
     """A port free on 127.0.0.1 now, and never one this process handed out before: the socket that found it
     closes at once, so the kernel may offer the same port again (a server then got one port for gRPC and

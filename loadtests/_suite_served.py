@@ -20,7 +20,7 @@ TOK_DYN_CONFIG = "dynamic_batching { }\n"
 def write_repo(repo: Path) -> None:
     """bench_core's repository (identity, tok_batched, tok_tuned, tok_unbatched) plus ``tok_dyn``: the same model
     with a bare ``dynamic_batching {}``."""
-    from tests.onnx_models import token_classifier, write_model
+    from modelsvc.tools.onnx_models import token_classifier, write_model
 
     bench_core.write_modelsvc_repo(repo)
     tok = token_classifier(

@@ -93,7 +93,7 @@ def tok_inputs(batch: int = 1, seed: int = 0) -> dict[str, np.ndarray[Any, Any]]
 
 
 def write_modelsvc_repo(repo: Path) -> None:
-    from tests.onnx_models import identity, token_classifier, write_model
+    from modelsvc.tools.onnx_models import identity, token_classifier, write_model
 
     write_model(repo, "identity", identity(), IDENTITY_CONFIG.format(engine='platform: "onnxruntime_onnx"'))
     tok = token_classifier(vocab=TOK_VOCAB, hidden=TOK_HIDDEN, labels=TOK_LABELS, layers=TOK_LAYERS)
@@ -117,7 +117,7 @@ def ort_session(model_bytes: bytes) -> object:
 
 def in_process_ceiling() -> list[tuple[int, float, float]]:
     """(batch, rows/s, ms per call) for each batch size."""
-    from tests.onnx_models import token_classifier
+    from modelsvc.tools.onnx_models import token_classifier
 
     model = token_classifier(vocab=TOK_VOCAB, hidden=TOK_HIDDEN, labels=TOK_LABELS, layers=TOK_LAYERS)
     sess = ort_session(model.SerializeToString())

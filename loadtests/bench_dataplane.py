@@ -20,7 +20,7 @@ import numpy as np
 import modelsvc
 from modelsvc.repository import ModelRepository
 from modelsvc.server import DataPlane, InferEndpoint, ModelManager
-from tests.onnx_models import identity, write_model
+from modelsvc.tools.onnx_models import identity, write_model
 
 CONFIG = """name: "identity"
 platform: "onnxruntime_onnx"

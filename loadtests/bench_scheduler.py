@@ -27,7 +27,7 @@ from modelsvc.backends import get_backend
 from modelsvc.protocol import Unavailable
 from modelsvc.repository import ModelRepository
 from modelsvc.scheduler import ModelStats, Scheduler, SchedulerConfig
-from tests.onnx_models import token_classifier, write_model
+from modelsvc.tools.onnx_models import token_classifier, write_model
 
 SEQ = 128
 

@@ -37,7 +37,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from loadtests import _perf, _servers, bench_core
+from loadtests import _mlserver, _perf, _servers, bench_core
 from loadtests._suite import Row, Settings, json_load, median, spread, v2_point
 from loadtests._suite_pair import bench_pair
 from loadtests._suite_served import bench_batching, bench_ceiling, write_repo
@@ -103,11 +103,10 @@ class IdentityModel(MLModel):
 @contextmanager
 def mlserver_identity(executable: Path, workdir: Path) -> Iterator[str]:
     """MLServer from tests/interop's environment serving ``identity`` over HTTP; yields its base URL."""
-    from tests.interop._mlserver import MLServerProcess
 
-    class IdentityMLServer(MLServerProcess):
+    class IdentityMLServer(_mlserver.MLServerProcess):
         def write_folder(self) -> None:
-            super().write_folder()  # settings.json (ports, no workers) and the echo model
+            super().write_folder()  # settings.json (ports, no workers)
             model = self.folder / "identity"
             model.mkdir(exist_ok=True)
             settings = {
@@ -127,15 +126,7 @@ def mlserver_identity(executable: Path, workdir: Path) -> Iterator[str]:
 
 def mlserver_executable_or_none() -> Path | None:
     """``.venv-mlserver/bin/mlserver`` when tests/interop built it for the current requirements; never builds."""
-    from tests._venvs import marker_of
-    from tests.interop import _mlserver
-
-    exe = _mlserver.VENV / "bin" / "mlserver"
-    marker = marker_of(_mlserver.VENV)
-    wanted = "\n".join(_mlserver.REQUIREMENTS)
-    if exe.exists() and marker.exists() and marker.read_text() == wanted:
-        return exe
-    return None
+    return _mlserver.executable()
 
 
 def bench_mlserver(modelsvc: _servers.ServerProcess, workdir: Path, settings: Settings) -> Row:

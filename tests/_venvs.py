@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from loadtests._servers import marker_of
+
 INTEROP_ENV = "MODELSVC_INTEROP"
 """Set to 1 (CI does) to fail instead of skipping when the package registry cannot be reached."""
 
@@ -49,11 +51,6 @@ def ensure_venv(venv: Path, requirements: Sequence[str], executable: str) -> Pat
             return _ensure_locked(venv, tuple(requirements), venv / "bin" / executable)
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def marker_of(venv: Path) -> Path:
-    """The file that records what ``venv`` was built with."""
-    return venv / ".modelsvc-requirements"
 
 
 def _ensure_locked(venv: Path, requirements: tuple[str, ...], tool: Path) -> Path:

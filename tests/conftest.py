@@ -16,7 +16,7 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import np_to_triton_dtype
 
-from tests import onnx_models as om
+from modelsvc.tools import onnx_models as om
 from tests._server import ModelsvcProcess
 
 DTYPES = [

@@ -33,7 +33,7 @@ from tritonclient.utils import InferenceServerException
 
 from modelsvc.backends import ModelLoadError, get_backend
 from modelsvc.repository import ModelRepository
-from tests import onnx_models as om
+from modelsvc.tools import onnx_models as om
 from tests._server import ModelsvcProcess, wait_for
 from tests.conftest import infer_input
 from tests.test_onnxruntime_backend import instances

@@ -24,7 +24,7 @@ from modelsvc.protocol import InferRequest, InvalidArgument, Tensor
 from modelsvc.repository import ConfigError, EnsembleConfigError, ModelRepository, plan_ensemble
 from modelsvc.server import DataPlane, ModelManager
 from modelsvc.server._ensemble import EnsembleScheduler
-from tests import onnx_models as om
+from modelsvc.tools import onnx_models as om
 from tests._ensembles import ensemble, step, write_ensemble
 from tests._server import ModelsvcProcess
 from tests.conftest import identity_config, infer_input

@@ -36,7 +36,7 @@ from modelsvc.repository import ModelRepository
 from modelsvc.server import DataPlane, ModelManager
 from modelsvc.server._grpc import GrpcServer, decode_infer_request, grpc_status
 from modelsvc.server._tracing import TraceSettings, start_tracing
-from tests import onnx_models as om
+from modelsvc.tools import onnx_models as om
 from tests._server import ModelsvcProcess
 from tests.conftest import DTYPES, identity_config
 

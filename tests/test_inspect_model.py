@@ -15,8 +15,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from modelsvc import _cli
+from modelsvc.tools import onnx_models as om
 from modelsvc.tools.inspect_model import InspectError, TensorInfo, format_dims, inspect_model, render_text, to_json
-from tests import onnx_models as om
 from tests._server import ROOT
 
 

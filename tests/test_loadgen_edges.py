@@ -188,7 +188,7 @@ def test_input_file_with_ragged_entries_batched_is_explained(tmp_path: Path):
 
 @pytest.mark.integration
 def test_sweep_leaves_no_server_logs_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    from tests import onnx_models as om
+    from modelsvc.tools import onnx_models as om
     from tests.conftest import identity_config
 
     repo = tmp_path / "repo"

@@ -16,7 +16,7 @@ from tokenizers.implementations import BertWordPieceTokenizer
 
 from logicd import Context, Service, create_app, load_config
 from logicd.text import mean_pool, softmax
-from tests import onnx_models as om
+from modelsvc.tools import onnx_models as om
 from tests._server import ModelsvcProcess
 from tests.conftest import HELD, identity_config
 

@@ -17,7 +17,7 @@ import pytest
 
 from logicd import __version__
 from logicd._cli import config_path, main
-from tests import onnx_models as om
+from modelsvc.tools import onnx_models as om
 from tests._server import ROOT, LogicdProcess, ModelsvcProcess, Up, free_port, gone
 from tests.conftest import identity_config
 

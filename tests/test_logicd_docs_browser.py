@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests import onnx_models as om
+from modelsvc.tools import onnx_models as om
 from tests._browser import Browser, Page, ensure_chromium
 from tests._server import LogicdProcess
 from tests.conftest import identity_config

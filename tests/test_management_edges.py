@@ -17,7 +17,7 @@ import pytest
 import tritonclient.http as httpclient
 from onnx import TensorProto, helper
 
-from tests import onnx_models as om
+from modelsvc.tools import onnx_models as om
 from tests._ensembles import ensemble, step, write_ensemble
 from tests._server import ModelsvcProcess
 from tests.conftest import identity_config

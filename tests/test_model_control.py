@@ -18,7 +18,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests import onnx_models as om
+from modelsvc.tools import onnx_models as om
 from tests._server import ModelsvcProcess, wait_for
 from tests.conftest import identity_config
 

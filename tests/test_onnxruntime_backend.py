@@ -16,8 +16,8 @@ from modelsvc.backends._onnxruntime import OnnxRuntimeBackend
 from modelsvc.backends._onnxruntime_options import _gpu_providers
 from modelsvc.protocol import CONFIG_TO_WIRE, ONNX_TO_CONFIG, WIRE_TO_CONFIG, InvalidArgument
 from modelsvc.repository import ModelRepository, ModelSource
+from modelsvc.tools.onnx_models import add_sub, identity, token_classifier, write_model
 from tests.conftest import DTYPES
-from tests.onnx_models import add_sub, identity, token_classifier, write_model
 
 GPU_GROUP = "instance_group [ { kind: KIND_GPU gpus: [ 0 ] } ]\n"
 ALLOW_FALLBACK = 'parameters { key: "allow_cpu_fallback" value { string_value: "true" } }\n'

@@ -28,7 +28,7 @@ from modelsvc.backends import python_utils as pb_utils
 from modelsvc.protocol import InvalidArgument, NotFound
 from modelsvc.repository import ModelRepository
 from modelsvc.server import DataPlane, ModelManager
-from tests import onnx_models as om
+from modelsvc.tools import onnx_models as om
 from tests._server import ModelsvcProcess
 from tests.conftest import infer_input
 

@@ -35,7 +35,7 @@ from modelsvc.repository import (
     is_remote,
 )
 from modelsvc.repository._remote._swap import _renameat2
-from tests import onnx_models as om
+from modelsvc.tools import onnx_models as om
 from tests._server import ROOT, ModelsvcProcess, free_port
 from tests.conftest import identity_config
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from tests import onnx_models as om
+from modelsvc.tools import onnx_models as om
 from tests._server import ModelsvcProcess, wait_for
 from tests.conftest import identity_config
 from tests.test_remote_repository import aws_env, bucket, moto, s3, upload  # noqa: F401 (fixtures)

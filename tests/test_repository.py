@@ -9,7 +9,7 @@ from google.protobuf import json_format
 
 import modelsvc.repository
 from modelsvc.repository import ConfigError, ModelRepository, ModelSource
-from tests.onnx_models import add_sub, identity, token_classifier, write_model
+from modelsvc.tools.onnx_models import add_sub, identity, token_classifier, write_model
 
 FULL_IDENTITY = """\
 name: "ident"

@@ -30,7 +30,7 @@ from modelsvc.server._cache import (
     parse_cache_config,
     request_key,
 )
-from tests import onnx_models as om
+from modelsvc.tools import onnx_models as om
 from tests._ensembles import ensemble, step, write_ensemble
 from tests._server import ROOT, ModelsvcProcess
 from tests.conftest import identity_config, infer_input

@@ -14,7 +14,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from loadtests import loadgen, sweep
-from tests import onnx_models as om
+from modelsvc.tools import onnx_models as om
 from tests.conftest import identity_config
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

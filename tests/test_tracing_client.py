@@ -154,7 +154,7 @@ def test_one_trace_from_the_client_call_to_the_batch(
     exporter: InMemorySpanExporter, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from modelsvc.client import Client
-    from tests.onnx_models import identity, write_model
+    from modelsvc.tools.onnx_models import identity, write_model
     from tests.test_tracing_server import TRIO
 
     write_model(tmp_path, "trio", identity(), TRIO)

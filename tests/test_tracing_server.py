@@ -28,8 +28,8 @@ from modelsvc._cli import _parser
 from modelsvc.repository import ModelRepository
 from modelsvc.server import DataPlane, InferEndpoint, ModelManager, ServeOptions
 from modelsvc.server._tracing import TraceConfigError, TraceSettings, parse_trace_config, start_tracing
+from modelsvc.tools.onnx_models import identity, write_model
 from tests._server import ModelsvcProcess, free_port
-from tests.onnx_models import identity, write_model
 
 ROWS = 3
 TRIO = f"""name: "trio"

@@ -21,7 +21,7 @@ import tritonclient.http as httpclient
 
 from modelsvc.repository import ModelRepository
 from modelsvc.server import DataPlane, ModelManager
-from tests import onnx_models as om
+from modelsvc.tools import onnx_models as om
 from tests._server import ModelsvcProcess
 from tests.conftest import identity_config
 

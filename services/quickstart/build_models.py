@@ -7,13 +7,9 @@ The files are tiny and committed, so serving the repository needs no build step.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-
-from tests.onnx_models import add_sub, identity, token_classifier, write_model  # noqa: E402
+from modelsvc.tools.onnx_models import add_sub, identity, token_classifier, write_model
 
 REPO = Path(__file__).resolve().parent / "model_repository"
 

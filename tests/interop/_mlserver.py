@@ -1,31 +1,17 @@
-"""A real MLServer for interop tests, run from its own virtual environment so that its dependencies
-(protobuf, numpy 2, grpcio) never meet the project's pinned ones.
-
-``ensure_env()`` creates ``.venv-mlserver/`` at the repository root once (``python -m venv`` and pip);
-``MLServerProcess`` writes a model folder with a small custom runtime and starts ``mlserver start`` on
-free 127.0.0.1 ports, waiting for ``/v2/health/ready`` and failing loudly with MLServer's log.
+"""A real MLServer for interop tests (loadtests/_mlserver.py starts it) serving the echo model, from
+``.venv-mlserver/``, which ``ensure_env()`` creates at the repository root once (``python -m venv`` and pip).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import tempfile
-import time
 from pathlib import Path
 
-import httpx
-
-from tests._server import ROOT, free_port
+from loadtests import _mlserver
+from loadtests._mlserver import REQUIREMENTS, VENV
 from tests._venvs import ensure_venv
 
-VENV = ROOT / ".venv-mlserver"
-REQUIREMENTS = ("mlserver==1.7.1", "uvloop<0.22")
-"""MLServer and the uvloop its parallel workers need (see shared/DESIGN.md); pinned, so the env is rebuilt
-when this changes."""
-READY_TIMEOUT_S = 120.0
+__all__ = ["VENV", "MLServerProcess", "ensure_env"]
 
 
 ECHO_MODEL = '''"""Echoes an FP32 tensor and a BYTES tensor, decoded and re-encoded with MLServer's codecs."""
@@ -74,82 +60,12 @@ def ensure_env() -> Path:
     return ensure_venv(VENV, REQUIREMENTS, "mlserver")
 
 
-class MLServerProcess:
-    """``mlserver start`` on a folder holding ``settings.json`` and the echo model; ``url`` once started."""
-
-    def __init__(self, mlserver: Path, folder: Path) -> None:
-        self.mlserver = mlserver
-        self.folder = folder
-        self.http_port = free_port()
-        self.grpc_port = free_port()
-        self.metrics_port = free_port()
-        self.url = f"127.0.0.1:{self.http_port}"
-        self.base = f"http://{self.url}"
-        self.proc: subprocess.Popen[bytes] | None = None
-        fd, name = tempfile.mkstemp(prefix="mlserver-", suffix=".log")
-        os.close(fd)
-        self.log_path = Path(name)
+class MLServerProcess(_mlserver.MLServerProcess):
+    """``mlserver start`` on a folder holding ``settings.json`` and the echo model."""
 
     def write_folder(self) -> None:
-        settings = {
-            "debug": False,
-            "parallel_workers": 0,  # inference in the server process: no worker pool, no uvloop issue
-            "host": "127.0.0.1",
-            "http_port": self.http_port,
-            "grpc_port": self.grpc_port,  # MLServer always opens gRPC; a free port keeps it out of the way
-            "metrics_port": self.metrics_port,
-            "metrics_endpoint": None,  # no metrics server
-            "load_models_at_startup": True,
-        }
-        (self.folder / "settings.json").write_text(json.dumps(settings, indent=2))
+        super().write_folder()
         model = self.folder / "echo"
         model.mkdir(exist_ok=True)
         (model / "model-settings.json").write_text(json.dumps(ECHO_SETTINGS, indent=2))
         (model / "model.py").write_text(ECHO_MODEL)
-
-    def start(self) -> MLServerProcess:
-        self.write_folder()
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("MLSERVER_", "PYTHON", "VIRTUAL_ENV"))}
-        env.update(PYTHONUNBUFFERED="1", PATH=f"{self.mlserver.parent}{os.pathsep}{env.get('PATH', '')}")
-        with self.log_path.open("wb") as log:
-            self.proc = subprocess.Popen(
-                [str(self.mlserver), "start", str(self.folder)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=self.folder,  # MLServer keeps .metrics/ and .envs/ in its working directory
-                env=env,
-            )
-        return self
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> MLServerProcess:
-        assert self.proc is not None
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"mlserver exited with {self.proc.returncode} before ready:\n{self.log()}")
-            try:
-                if httpx.get(f"{self.base}/v2/health/ready", timeout=1.0).status_code == 200:
-                    return self
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        self.terminate()
-        raise RuntimeError(f"mlserver not ready on {self.base} after {timeout} s:\n{self.log()}")
-
-    def terminate(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-    def __enter__(self) -> MLServerProcess:
-        return self.start().wait_ready()
-
-    def __exit__(self, *exc: object) -> None:
-        self.terminate()

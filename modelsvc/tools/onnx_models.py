@@ -1,6 +1,8 @@
-"""Test models built with onnx's helper API, and a writer for Triton-layout repositories.
+"""Small ONNX models built with onnx's helper API, and a writer for Triton-layout repositories.
 
-Nothing is downloaded: every model here is a few graph nodes. Shared by the tests and loadtests.
+Nothing is downloaded: every model here is a few graph nodes. The quickstart repository
+(services/quickstart/build_models.py), the tests and the benchmarks in loadtests build their models with it, so it
+lives where all three may import it. Needs ``onnx`` (the ``dev`` or ``export`` extra).
 """
 
 from __future__ import annotations
