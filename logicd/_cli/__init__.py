@@ -11,7 +11,8 @@ override those. Exit status: 0 after a requested stop, 2 when the configuration 
 wrong (the message names the key or the import), 1 when a server fails at run time.
 """
 
-from ._loading import CONFIG_ENV, CONFIG_FILE, RUN_ERROR, USAGE_ERROR, config_path, with_overrides
+from .._config import CONFIG_ENV
+from ._loading import CONFIG_FILE, RUN_ERROR, USAGE_ERROR, config_path, with_overrides
 from ._main import main
 from ._up import EXAMPLE_FILE, free_port
 

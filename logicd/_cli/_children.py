@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
-from ._loading import CONFIG_ENV
+from .._config import CONFIG_ENV
 
 TAIL_LINES = 40
 """How many of a child's last log lines ``up`` shows when the child fails."""

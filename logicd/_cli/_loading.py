@@ -12,13 +12,12 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from .._config import ConfigError, ServerConfig, ServiceConfig, load_config
+from .._config import CONFIG_ENV, ConfigError, ServerConfig, ServiceConfig, load_config
 
 if TYPE_CHECKING:
     from .._service import Service
 
 CONFIG_FILE = "service.yaml"
-CONFIG_ENV = "LOGICD_CONFIG"
 
 USAGE_ERROR = 2
 RUN_ERROR = 1

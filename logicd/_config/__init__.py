@@ -10,7 +10,7 @@ messages are in ``_loader``; the errors both raise are in ``_errors``.
 """
 
 from ._errors import ConfigError
-from ._loader import ENV_PREFIX, load_config
+from ._loader import CONFIG_ENV, ENV_PREFIX, load_config
 from ._schema import (
     EMBEDDED,
     NAME_RULE,
@@ -27,6 +27,7 @@ from ._schema import (
 )
 
 __all__ = [
+    "CONFIG_ENV",
     "EMBEDDED",
     "ENV_PREFIX",
     "NAME_RULE",

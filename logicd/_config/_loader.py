@@ -24,12 +24,15 @@ import yaml
 from ._errors import ConfigError, FieldError
 from ._schema import ServiceConfig
 
-__all__ = ["ENV_PREFIX", "load_config"]
+__all__ = ["CONFIG_ENV", "ENV_PREFIX", "load_config"]
 
 ENV_PREFIX = "LOGICD_"
 """Prefix of the environment variables that override ``service.yaml``."""
 
-_RESERVED_ENV = frozenset({"LOGICD_CONFIG"})
+CONFIG_ENV = "LOGICD_CONFIG"
+"""The variable through which the CLI names the service.yaml to read (not an override)."""
+
+_RESERVED_ENV = frozenset({CONFIG_ENV})
 """``LOGICD_`` variables that are not overrides."""
 
 

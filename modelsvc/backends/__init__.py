@@ -63,7 +63,7 @@ def _python() -> Backend:
     return PythonBackend()
 
 
-#: backend name -> factory. Add python, ensemble, tensorrt, ... here as they are written.
+#: backend name -> factory (tensorrt, pytorch and openvino join here as they are written; see the docstring)
 BACKENDS: dict[str, Callable[[], Backend]] = {
     "onnxruntime": _onnxruntime,
     "python": _python,
