@@ -21,11 +21,15 @@ Model-config ``parameters`` read here (string values, as in Triton's ORT backend
     CUDA provider (a warning is logged). Without it such an instance fails to load: ORT's own
     fallback is silent, and a GPU model quietly running on CPU is worse than one that fails.
 
+``cudnn_conv_algo_search``, ``gpu_mem_limit``, ``arena_extend_strategy``, ``do_copy_in_default_stream``
+    options of the CUDA provider, as Triton still reads them from ``parameters`` (see ``_onnxruntime_gpu``).
+
 ``optimization { graph { level } }`` picks ORT's graph optimization level as Triton does: -1 basic,
 1 extended, 2 none, anything else (the default 0) all. ``optimization { execution_accelerators {
 gpu_execution_accelerator [{ name: "tensorrt" ... }] } }`` puts the TensorRT provider ahead of CUDA
 (``precision_mode`` FP32/FP16/BF16/INT8, ``max_workspace_size_bytes`` and the ``trt_*`` keys);
-``name: "cuda"`` passes its parameters to the CUDA provider.
+``name: "cuda"`` sets options of the CUDA provider. ``_onnxruntime_gpu`` lists and checks every key, for
+every instance kind: a model whose GPU accelerators are wrong fails to load on a CPU-only machine too.
 
 The options read from the config live in ``_onnxruntime_options``; the instance that runs batches in
 ``_onnxruntime_instance``. This module completes and checks configs and creates the instances.
@@ -45,16 +49,16 @@ from modelsvc.protocol import ONNX_TO_CONFIG
 
 from ._base import ConfigMismatchError, ModelConfig, ModelInstance, ModelLoadError
 from ._devices import placements
+from ._onnxruntime_gpu import CPU as _CPU
+from ._onnxruntime_gpu import CUDA as _CUDA
+from ._onnxruntime_gpu import TRT as _TRT
+from ._onnxruntime_gpu import GpuAccelerators, ProviderSpec, gpu_accelerators
+from ._onnxruntime_gpu import providers as gpu_providers
 from ._onnxruntime_instance import OnnxRuntimeInstance
 from ._onnxruntime_options import (
-    _CPU,
-    _CUDA,
-    _TRT,
-    ProviderSpec,
     _available,
     _bool_param,
     _check_cpu_accelerators,
-    _gpu_providers,
     _run_options,
     _session_options,
 )
@@ -254,6 +258,7 @@ class OnnxRuntimeBackend:
         if not artifact.is_file():
             raise ModelLoadError(f"unable to find '{artifact}' for model '{config.name}' version {version}")
         _check_cpu_accelerators(config)
+        accelerators = gpu_accelerators(config)  # checked for every kind: a bad key fails on any machine
         options = _session_options(config)
         run_options = _run_options(config)
         allow_fallback = _bool_param(config, "allow_cpu_fallback", False)
@@ -266,7 +271,9 @@ class OnnxRuntimeBackend:
             for place in where:
                 name = place.group if place.total == 1 else f"{place.group}_{place.number}"
                 instances.append(
-                    self._instance(config, artifact, name, place.gpu, options, run_options, allow_fallback)
+                    self._instance(
+                        config, artifact, name, place.gpu, accelerators, options, run_options, allow_fallback
+                    )
                 )
         except BaseException:
             for instance in instances:
@@ -280,15 +287,13 @@ class OnnxRuntimeBackend:
         artifact: Path,
         name: str,
         gpu: int | None,
+        accelerators: GpuAccelerators,
         options: ort.SessionOptions,
         run_options: ort.RunOptions | None,
         allow_fallback: bool,
     ) -> OnnxRuntimeInstance:
-        wants_trt = False
-        if gpu is None:
-            providers: list[ProviderSpec] = [_CPU]
-        else:
-            providers, wants_trt = _gpu_providers(config, gpu)
+        wants_trt = gpu is not None and accelerators.tensorrt is not None
+        providers: list[ProviderSpec] = [_CPU] if gpu is None else gpu_providers(accelerators, gpu)
         try:
             session = ort.InferenceSession(str(artifact), options, providers=_available(providers))
         except Exception as exc:

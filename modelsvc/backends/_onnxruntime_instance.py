@@ -90,6 +90,13 @@ class OnnxRuntimeInstance:
             out[name] = _from_ort_strings(array) if array.dtype.kind in ("O", "U", "S") else array
         return out
 
+    def provider_options(self) -> dict[str, dict[str, str]]:
+        """The options of the providers in use, as ONNX Runtime reports them: what it really applied."""
+        session = self._session
+        if session is None:
+            raise Unavailable(f"model instance '{self.name}' is closed")
+        return {name: dict(options) for name, options in session.get_provider_options().items()}
+
     def close(self) -> None:
         self._session = None
 

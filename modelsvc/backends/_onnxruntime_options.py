@@ -1,67 +1,21 @@
 """ONNX Runtime options from a model config: session and run options from ``parameters`` and
-``optimization``, and the execution providers (TensorRT, CUDA, CPU) of an instance. The parameters are
-documented in ``_onnxruntime``'s docstring; a bad value is a ModelLoadError naming the key."""
+``optimization``, and the execution providers (TensorRT, CUDA, CPU) of an instance, whose GPU options
+``_onnxruntime_gpu`` checks and maps. The parameters are documented in ``_onnxruntime``'s docstring; a bad
+value is a ModelLoadError naming the key."""
 
 from __future__ import annotations
 
 import onnxruntime as ort
 
 from ._base import ModelConfig, ModelLoadError
-
-_CUDA = "CUDAExecutionProvider"
-_TRT = "TensorrtExecutionProvider"
-_CPU = "CPUExecutionProvider"
+from ._onnxruntime_gpu import FALSE, TRUE, ProviderSpec, gpu_accelerators
+from ._onnxruntime_gpu import providers as gpu_providers
 
 _GRAPH_LEVELS = {
     -1: ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
     1: ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
     2: ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
 }
-
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
-
-# TensorRT accelerator parameters that pass through under their own name (see the backend's README)
-_TRT_PASSTHROUGH = {
-    "trt_max_partition_iterations",
-    "trt_min_subgraph_size",
-    "trt_dla_enable",
-    "trt_dla_core",
-    "trt_engine_cache_enable",
-    "trt_engine_cache_path",
-    "trt_engine_cache_prefix",
-    "trt_dump_subgraphs",
-    "trt_force_sequential_engine_build",
-    "trt_context_memory_sharing_enable",
-    "trt_layer_norm_fp32_fallback",
-    "trt_timing_cache_enable",
-    "trt_timing_cache_path",
-    "trt_force_timing_cache",
-    "trt_detailed_build_log",
-    "trt_build_heuristics_enable",
-    "trt_sparsity_enable",
-    "trt_builder_optimization_level",
-    "trt_auxiliary_streams",
-    "trt_tactic_sources",
-    "trt_extra_plugin_lib_paths",
-    "trt_profile_min_shapes",
-    "trt_profile_max_shapes",
-    "trt_profile_opt_shapes",
-    "trt_cuda_graph_enable",
-}
-_TRT_RENAMED = {
-    "max_workspace_size_bytes": "trt_max_workspace_size",
-    "int8_calibration_table_name": "trt_int8_calibration_table_name",
-    "int8_use_native_calibration_table": "trt_int8_use_native_calibration_table",
-}
-_TRT_PRECISION = {
-    "FP32": None,
-    "FP16": "trt_fp16_enable",
-    "BF16": "trt_bf16_enable",
-    "INT8": "trt_int8_enable",
-}
-
-ProviderSpec = str | tuple[str, dict[str, str]]
 
 
 def _param(config: ModelConfig, key: str) -> str | None:
@@ -74,9 +28,9 @@ def _bool_param(config: ModelConfig, key: str, default: bool) -> bool:
     value = _param(config, key)
     if value is None or value == "":
         return default
-    if value.lower() in _TRUE:
+    if value.lower() in TRUE:
         return True
-    if value.lower() in _FALSE:
+    if value.lower() in FALSE:
         return False
     raise ModelLoadError(f"parameter '{key}' must be true/false or 1/0, got '{value}'")
 
@@ -127,42 +81,10 @@ def _run_options(config: ModelConfig) -> ort.RunOptions | None:
     return options
 
 
-def _trt_options(parameters: dict[str, str]) -> dict[str, str]:
-    options: dict[str, str] = {}
-    for key, value in parameters.items():
-        if key == "precision_mode":
-            if value not in _TRT_PRECISION:
-                raise ModelLoadError(f"unsupported TensorRT precision_mode '{value}' (FP32, FP16, BF16 or INT8)")
-            flag = _TRT_PRECISION[value]
-            if flag is not None:
-                options[flag] = "1"
-        elif key in _TRT_RENAMED:
-            options[_TRT_RENAMED[key]] = value
-        elif key in _TRT_PASSTHROUGH:
-            options[key] = value
-        else:
-            raise ModelLoadError(f"unknown parameter '{key}' for the TensorRT execution accelerator")
-    return options
-
-
 def _gpu_providers(config: ModelConfig, device_id: int) -> tuple[list[ProviderSpec], bool]:
-    """Providers for a GPU instance, best first; and whether TensorRT was asked for."""
-    cuda: dict[str, str] = {}
-    trt: dict[str, str] | None = None
-    for accelerator in config.optimization.execution_accelerators.gpu_execution_accelerator:
-        params = dict(accelerator.parameters)
-        if accelerator.name == "tensorrt":
-            trt = _trt_options(params)
-        elif accelerator.name == "cuda":
-            cuda.update(params)
-        else:
-            raise ModelLoadError(f"unknown gpu_execution_accelerator '{accelerator.name}' (supported: tensorrt, cuda)")
-    providers: list[ProviderSpec] = []
-    if trt is not None:
-        providers.append((_TRT, {**trt, "device_id": str(device_id)}))
-    providers.append((_CUDA, {**cuda, "device_id": str(device_id)}))
-    providers.append(_CPU)
-    return providers, trt is not None
+    """Providers for a GPU instance, best first; and whether TensorRT was asked for (see ``_onnxruntime_gpu``)."""
+    accelerators = gpu_accelerators(config)
+    return gpu_providers(accelerators, device_id), accelerators.tensorrt is not None
 
 
 def _check_cpu_accelerators(config: ModelConfig) -> None:
