@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from .. import __version__
-from . import _compare, _serve, _tools
+from . import _build, _compare, _serve, _tools
 from ._tools import INT_DTYPES, KINDS, POOLINGS, TASKS
 from ._types import port_number
 
@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[Callable[[_SubParsers], None], Callable[[argparse.Name
     "stubgen": (_tools.add_stubgen, _tools.run_stubgen),
     "export": (_tools.add_export, _tools.run_export),
     "inspect": (_tools.add_inspect, _tools.run_inspect),
+    "build": (_build.add, _build.run),
     "compare": (_compare.add, _compare.run),
 }
 
