@@ -8,7 +8,7 @@ import logging
 import sys
 from pathlib import Path
 
-from ._types import boolean, message_size, non_negative, port_number
+from ._types import boolean, message_size, non_negative, port_number, positive
 
 
 def add(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -70,6 +70,23 @@ def add(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s.add_argument("--metrics-port", type=port_number, default=8002)
     for flag, default in (("--allow-http", True), ("--allow-grpc", True), ("--allow-metrics", True)):
         s.add_argument(flag, type=boolean, default=default, nargs="?", const=True, metavar="BOOL")
+    for flag, what in (("--allow-gpu-metrics", "nv_gpu_* (through NVML)"), ("--allow-cpu-metrics", "nv_cpu_*")):
+        s.add_argument(
+            flag,
+            type=boolean,
+            default=True,
+            nargs="?",
+            const=True,
+            metavar="BOOL",
+            help=f"report the {what} metrics on the metrics endpoint (default true)",
+        )
+    s.add_argument(
+        "--metrics-interval-ms",
+        type=positive,
+        default=2000,
+        metavar="MS",
+        help="how often the GPU and CPU metrics are sampled, in milliseconds (default 2000)",
+    )
     s.add_argument(
         "--strict-model-config",
         type=boolean,
@@ -179,6 +196,9 @@ def run(args: argparse.Namespace) -> int:
         allow_http=args.allow_http,
         allow_grpc=args.allow_grpc,
         allow_metrics=args.allow_metrics,
+        allow_gpu_metrics=args.allow_gpu_metrics,
+        allow_cpu_metrics=args.allow_cpu_metrics,
+        metrics_interval_ms=args.metrics_interval_ms,
         strict_model_config=args.strict_model_config,
         disable_auto_complete_config=args.disable_auto_complete_config,
         exit_on_error=args.exit_on_error,

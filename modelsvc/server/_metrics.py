@@ -16,6 +16,7 @@ from prometheus_client.utils import floatToGoString
 
 from ._cache import ResponseCache
 from ._models import ModelManager
+from ._system_metrics import SystemMetrics
 from ._version import ModelVersion
 
 _LABELS = ("model", "version")
@@ -165,13 +166,18 @@ def render_families(families: Iterable[Metric]) -> bytes:
 
 
 class Metrics:
-    """What ``GET /metrics`` on the metrics port answers."""
+    """What ``GET /metrics`` on the metrics port answers: the models' families, the GPU and CPU ones that
+    ``system`` sampled last (None: none), then the process collectors."""
 
-    def __init__(self, models: ModelManager) -> None:
+    def __init__(self, models: ModelManager, system: SystemMetrics | None = None) -> None:
         self.models = models
+        self.system = system
         self.process_registry = CollectorRegistry(auto_describe=True)
         ProcessCollector(registry=self.process_registry)
         PlatformCollector(registry=self.process_registry)
 
     def render(self) -> bytes:
-        return render_families(model_families(self.models)) + generate_latest(self.process_registry)
+        families = model_families(self.models)
+        if self.system is not None:
+            families.extend(self.system.families())
+        return render_families(families) + generate_latest(self.process_registry)

@@ -22,7 +22,9 @@ from ._http import InferEndpoint, create_http_app
 from ._httpserver import HttpServer
 from ._metrics import Metrics
 from ._models import ModelControlMode, ModelManager
+from ._nvml import NvmlReader
 from ._restricted import RestrictedApis
+from ._system_metrics import DEFAULT_INTERVAL_MS, SystemMetrics
 from ._tracing import TraceSettings, start_tracing
 
 logger = logging.getLogger("modelsvc")
@@ -43,6 +45,12 @@ class ServeOptions:
     allow_http: bool = True
     allow_grpc: bool = True
     allow_metrics: bool = True
+    allow_gpu_metrics: bool = True
+    """nv_gpu_* series through NVML (none, and one INFO line, where NVML or a GPU is missing)."""
+    allow_cpu_metrics: bool = True
+    """nv_cpu_* series from /proc."""
+    metrics_interval_ms: int = DEFAULT_INTERVAL_MS
+    """How often the GPU and CPU metrics are sampled."""
     strict_model_config: bool = False
     disable_auto_complete_config: bool = False
     exit_on_error: bool = True
@@ -119,6 +127,14 @@ async def _serve(options: ServeOptions, models: ModelManager, dataplane: DataPla
     dataplane.accepting = True
     servers: list[HttpServer] = []
     grpc_server: GrpcServer | None = None
+    system = None
+    if options.allow_metrics:  # sampled from before the endpoints open: the first scrape has the values
+        system = await SystemMetrics.start_for(
+            options.metrics_interval_ms,
+            allow_cpu=options.allow_cpu_metrics,
+            allow_gpu=options.allow_gpu_metrics,
+            open_gpu=NvmlReader.open,
+        )
     try:
         if options.allow_grpc:  # first: once HTTP says ready, gRPC listens too
             grpc_server = GrpcServer(
@@ -135,13 +151,15 @@ async def _serve(options: ServeOptions, models: ModelManager, dataplane: DataPla
             servers.append(http)
             logger.info("HTTP v2 endpoint on %s:%d", *http.address)
         if options.allow_metrics:
-            metrics = HttpServer(create_metrics_app(Metrics(models)))
+            metrics = HttpServer(create_metrics_app(Metrics(models, system)))
             await metrics.start(options.metrics_address, options.metrics_port)
             servers.append(metrics)
             logger.info("metrics on %s:%d/metrics", *metrics.address)
     except OSError as exc:
         logger.error("cannot open an endpoint: %s", exc)
         await asyncio.gather(*(s.shutdown(0) for s in servers), *_grpc_shutdown(grpc_server, 0))
+        if system is not None:
+            await system.stop()
         await models.close()
         return 1
 
@@ -186,6 +204,8 @@ async def _serve(options: ServeOptions, models: ModelManager, dataplane: DataPla
             loop.remove_signal_handler(sig)
         if poller is not None:
             await poller.stop()
+        if system is not None:
+            await system.stop()
         await models.close()
     logger.info("modelsvc stopped")
     return 0
