@@ -1,7 +1,8 @@
 # syntax=docker/dockerfile:1
 #
 # modelsvc for NVIDIA GPU nodes: ONNX Runtime GPU (CUDA and TensorRT execution providers) on NVIDIA's CUDA
-# runtime image with cuDNN, TensorRT from pip (`modelsvc[tensorrt]`), and s3:// model repositories.
+# runtime image with cuDNN, TensorRT and cuda-python from pip (`modelsvc[tensorrt]`: the tensorrt_plan backend,
+# `modelsvc build`), nvidia-ml-py for the GPU metrics (nv_gpu_*), and s3:// model repositories.
 #
 # Build from the repository root (pulls from PyPI and NVIDIA's index, pypi.nvidia.com):
 #
@@ -27,6 +28,9 @@ ARG ONNXRUNTIME_VERSION=1.22.0
 ARG ONNXRUNTIME_EXTRAS=""
 # TensorRT release for ONNX Runtime's TensorRT provider and modelsvc's tensorrt_plan backend.
 ARG TENSORRT_VERSION=10.9.0.34
+# cuda-python (the tensorrt extra: cuda.bindings, the CUDA calls of the tensorrt_plan backend, never torch).
+# Its major.minor follows the CUDA of the base image: 12.8 here (cuda-python 13.x is for CUDA 13).
+ARG CUDA_PYTHON_VERSION=12.8.0
 # Optional dependency groups of pyproject.toml besides tensorrt: s3, gcs, azure, comma-separated.
 ARG MODELSVC_EXTRAS=s3
 # A package index mirror for pip (optional).
@@ -48,13 +52,15 @@ COPY pyproject.toml README.md ./
 COPY docker/requirements.py docker/requirements.py
 RUN python docker/requirements.py --onnxruntime gpu --onnxruntime-extras "${ONNXRUNTIME_EXTRAS}" \
         --extra tensorrt --extra "${MODELSVC_EXTRAS}" > /tmp/requirements.txt \
-    && printf 'onnxruntime-gpu==%s\ntensorrt==%s\ntensorrt-cu12==%s\n' \
-        "${ONNXRUNTIME_VERSION}" "${TENSORRT_VERSION}" "${TENSORRT_VERSION}" > /tmp/constraints.txt \
+    && printf 'onnxruntime-gpu==%s\ntensorrt==%s\ntensorrt-cu12==%s\ncuda-python==%s\n' \
+        "${ONNXRUNTIME_VERSION}" "${TENSORRT_VERSION}" "${TENSORRT_VERSION}" "${CUDA_PYTHON_VERSION}" \
+        > /tmp/constraints.txt \
     && pip install -r /tmp/requirements.txt -c /tmp/constraints.txt
 COPY modelsvc modelsvc
 COPY logicd logicd
 RUN pip install --no-deps . \
     && python -c "import onnxruntime as ort; p = ort.get_available_providers(); assert 'TensorrtExecutionProvider' in p and 'CUDAExecutionProvider' in p, p" \
+    && python -c "import pynvml; from cuda.bindings import driver, runtime" \
     && ln -s "$(python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/tensorrt_libs" /opt/venv/tensorrt_libs \
     && test -e /opt/venv/tensorrt_libs/libnvinfer.so.10
 

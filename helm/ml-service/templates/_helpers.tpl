@@ -252,8 +252,8 @@ Checks across values that the schema cannot express; each fails with a message t
 {{- fail "logic.autoscaling.keda: enable requestRate or cpu (KEDA needs at least one trigger)" }}
 {{- end }}
 {{- $m := .Values.model.autoscaling.keda }}
-{{- if not (or $m.queueTime.enabled $m.pendingRequests.enabled $m.cpu.enabled) }}
-{{- fail "model.autoscaling.keda: enable queueTime, pendingRequests or cpu (KEDA needs at least one trigger)" }}
+{{- if not (or $m.queueTime.enabled $m.pendingRequests.enabled $m.cpu.enabled (and .Values.gpu.enabled $m.gpuUtilization.enabled)) }}
+{{- fail "model.autoscaling.keda: enable queueTime, pendingRequests, cpu or (with gpu.enabled) gpuUtilization (KEDA needs at least one trigger)" }}
 {{- end }}
 {{- if and $l.cpu.enabled (not (dig "requests" "cpu" "" .Values.logic.resources)) }}
 {{- fail "logic.autoscaling.keda.cpu needs logic.resources.requests.cpu (utilization is a share of the request)" }}
