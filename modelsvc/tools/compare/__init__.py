@@ -27,7 +27,8 @@ from ._inputs import (
 )
 from ._plan import PlanRunner
 from ._report import REL_FLOOR, CompareReport, OutputDiff, compare_runners, diff_output, render_table
-from ._runners import OnnxRunner, Runner, ServedRunner, TensorDecl, describe, open_runner, parse_model_url
+from ._runners import OnnxRunner, ServedRunner, open_runner, parse_model_url
+from ._types import Runner, TensorDecl, describe
 
 __all__ = [
     "DEFAULT_BATCH",

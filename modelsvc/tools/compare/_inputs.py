@@ -22,7 +22,7 @@ import numpy as np
 
 from ...protocol import numpy_dtype
 from ._errors import IncompatibleModels, UsageError
-from ._runners import TensorDecl
+from ._types import Array, TensorDecl
 
 __all__ = [
     "DEFAULT_BATCH",
@@ -34,8 +34,6 @@ __all__ = [
     "random_feeds",
     "resolve_shapes",
 ]
-
-Array = np.ndarray[Any, Any]
 
 DEFAULT_BATCH = 2
 DEFAULT_DIM = 16

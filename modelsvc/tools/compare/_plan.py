@@ -10,17 +10,15 @@ from __future__ import annotations
 import importlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
 from ...protocol import CONFIG_TO_WIRE
 from ._errors import RunnerFailed, SourceError
-from ._runners import TensorDecl
+from ._types import Array, TensorDecl
 
 __all__ = ["PlanRunner"]
-
-Array = np.ndarray[Any, Any]
 
 ENGINE_MODULE = "modelsvc.backends._tensorrt_engine"
 INSTALL_HINT = "pip install 'modelsvc[tensorrt]'"

@@ -17,18 +17,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from ...protocol import numpy_dtype
 from ._errors import IncompatibleModels, UsageError
 from ._inputs import common_inputs
-from ._runners import Runner
+from ._types import Array, Runner, describe
 
 __all__ = ["REL_FLOOR", "CompareReport", "OutputDiff", "compare_runners", "render_table"]
-
-Array = np.ndarray[Any, Any]
 
 REL_FLOOR = 1e-6
 
@@ -109,8 +106,9 @@ def diff_output(name: str, a: Array, b: Array, atol: float, rtol: float) -> Outp
         diff[same] = 0.0
         diff[np.isnan(diff)] = np.inf  # NaN against a number, inf against -inf
         rel = diff / np.maximum(np.abs(np.nan_to_num(b64, nan=0.0)), REL_FLOOR)
+        rel[np.isnan(rel)] = np.inf  # an infinite difference where B is infinite too
     passed = bool(np.allclose(a64, b64, rtol=rtol, atol=atol, equal_nan=True))
-    return OutputDiff(name, a.shape, b.shape, float(diff.max()), float(np.nan_to_num(rel, nan=np.inf).max()), passed)
+    return OutputDiff(name, a.shape, b.shape, float(diff.max()), float(rel.max()), passed)
 
 
 def compare_runners(
@@ -149,9 +147,9 @@ def compare_runners(
     out_b = b.run(_cast_for(b, feeds))
     diffs = []
     for name in common:
-        for side, got in (("A", out_a), ("B", out_b)):
+        for side, runner, got in (("A", a, out_a), ("B", b, out_b)):
             if name not in got:
-                raise IncompatibleModels(f"side {side} declares output {name} but did not return it")
+                raise IncompatibleModels(f"{side} ({describe(runner)}) declares output {name} but did not return it")
         diffs.append(diff_output(name, out_a[name], out_b[name], atol, rtol))
     return CompareReport(tuple(diffs), atol, rtol, only_a, only_b, tuple(notes))
 

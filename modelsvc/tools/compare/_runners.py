@@ -10,48 +10,18 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
 from ...protocol import CONFIG_TO_WIRE, ONNX_TO_CONFIG
 from ._errors import RunnerFailed, SourceError
+from ._types import Array, Runner, TensorDecl
 
-__all__ = ["OnnxRunner", "Runner", "ServedRunner", "TensorDecl", "describe", "open_runner", "parse_model_url"]
-
-Array = np.ndarray[Any, Any]
+__all__ = ["OnnxRunner", "ServedRunner", "open_runner", "parse_model_url"]
 
 ONNX_SUFFIXES = (".onnx",)
 PLAN_SUFFIXES = (".plan", ".engine")
 URL_SCHEMES = ("http", "https", "grpc")
-
-
-class TensorDecl(NamedTuple):
-    """An input as a runner declares it: its name, v2 datatype (``FP32``, ``INT64``) and dims, -1 where free."""
-
-    name: str
-    datatype: str
-    dims: tuple[int, ...]
-
-
-@runtime_checkable
-class Runner(Protocol):
-    """Something that runs a model on named numpy arrays: what ``compare_runners`` compares.
-
-    The runners here also carry ``source`` (the path or URL opened), which messages name where present.
-    """
-
-    @property
-    def inputs(self) -> Sequence[TensorDecl]: ...
-
-    @property
-    def outputs(self) -> Sequence[str]: ...
-
-    def run(self, feeds: Mapping[str, Array]) -> dict[str, Array]:
-        """The outputs by name for ``feeds`` (arrays by input name, of the declared datatypes)."""
-        ...
-
-    def close(self) -> None: ...
 
 
 class OnnxRunner:
@@ -160,11 +130,6 @@ class ServedRunner:
 
     def close(self) -> None:
         self._client.close()
-
-
-def describe(runner: Runner) -> str:
-    """The runner's source for messages, or its class name where it has none."""
-    return str(getattr(runner, "source", type(runner).__name__))
 
 
 def open_runner(source: str) -> Runner:
