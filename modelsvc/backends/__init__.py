@@ -63,10 +63,23 @@ def _python() -> Backend:
     return PythonBackend()
 
 
-#: backend name -> factory (tensorrt, pytorch and openvino join here as they are written; see the docstring)
+def _tensorrt() -> Backend:
+    try:
+        from ._tensorrt_engine import PlanEngine
+    except (ImportError, OSError) as exc:
+        raise ModelLoadError(
+            f"backend 'tensorrt' needs TensorRT and cuda-python ({exc}): pip install 'modelsvc[tensorrt]'"
+        ) from exc
+    from ._tensorrt import TensorRTBackend
+
+    return TensorRTBackend(PlanEngine)
+
+
+#: backend name -> factory (pytorch and openvino join here as they are written; see the docstring)
 BACKENDS: dict[str, Callable[[], Backend]] = {
     "onnxruntime": _onnxruntime,
     "python": _python,
+    "tensorrt": _tensorrt,
 }
 
 #: Triton ``platform`` -> backend name (every platform Triton knows, supported here or not)
