@@ -682,3 +682,25 @@ def test_gpu_timing_cache_is_reused(tmp_path: Path) -> None:
     second = build_plan(dataclasses.replace(options, save_engine=tmp_path / "b.plan"))
     assert second.timing_cache_loaded
     assert second.timing_cache_saved
+
+
+def test_cli_prints_the_report(tmp_path: Path, stand_in: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    from modelsvc._cli import main
+
+    source = _repo(tmp_path)
+    args = ["build", "--from-config", str(source), "--model-repository", str(tmp_path / "out"), "--fp16"]
+    assert main([*args, "--max-sequence-length", "32"]) == 0
+    printed = capsys.readouterr().out
+    assert "with TensorRT stand-in (fp16)" in printed
+    assert "profile 0 (min..opt..max): input_ids 1x1..8x32..16x32, attention_mask 1x1..8x32..16x32" in printed
+    assert "layers: 1 (FP16 1)" in printed
+    assert "plan vs ONNX Runtime (atol 0.05, rtol 0.01):" in printed
+    assert re.search(r"logits\s+16x4\s+0\s+0\s+ok", printed), printed
+    assert f"wrote {tmp_path / 'out' / 'token_classifier' / '1' / 'model.plan'}" in printed
+
+    stand_in["plan_model"] = token_classifier(seed=2)
+    assert main([*args[:-2], str(tmp_path / "out2"), "--max-sequence-length", "32"]) == 1
+    captured = capsys.readouterr()
+    assert "OVER" in captured.out
+    assert "nothing was written" in captured.err
+    assert not (tmp_path / "out2").exists()
