@@ -38,6 +38,7 @@ from tests._server import ModelsvcProcess, wait_for
 from tests.conftest import infer_input
 from tests.test_onnxruntime_backend import instances
 from tests.test_python_backend import write_python_model
+from tests.test_tensorrt_backend import build_plan, gpu_skip_reason
 
 pytestmark = pytest.mark.integration
 
@@ -118,8 +119,25 @@ def _write_python(repo: Path, name: str, spec: Spec, config: str) -> None:
     write_python_model(repo, name, model_py, config)
 
 
+def _write_tensorrt(repo: Path, name: str, spec: Spec, config: str) -> None:
+    """A plan built from the ONNX model with TensorRT's builder, on GPU instances; skips without TensorRT and a GPU."""
+    reason = gpu_skip_reason()
+    if reason:
+        pytest.skip(reason)
+    dims: list[int | str] = ["batch", "n"]
+    model = om.add_sub(dims) if spec.kind == "add_sub" else om.identity(spec.datatype, dims)
+    plan = build_plan(model, [{n: ((1, 1), (4, 8), (8, 64)) for n in spec.inputs}])
+    (repo / name / "1").mkdir(parents=True)
+    (repo / name / "1" / "model.plan").write_bytes(plan)
+    (repo / name / "config.pbtxt").write_text(config + "instance_group [ { kind: KIND_GPU } ]\n")
+
+
 #: one entry per backend; a new backend adds its own here
-BACKEND_CASES = [BackendCase("onnxruntime", _write_onnx), BackendCase("python", _write_python)]
+BACKEND_CASES = [
+    BackendCase("onnxruntime", _write_onnx),
+    BackendCase("python", _write_python),
+    pytest.param(BackendCase("tensorrt", _write_tensorrt), marks=pytest.mark.gpu),
+]
 
 ADD_SUB = Spec("add_sub", "FP32")
 SPECS = {"add_sub": ADD_SUB, "identity_int32": Spec("identity", "INT32"), "identity_int64": Spec("identity", "INT64")}
