@@ -142,6 +142,8 @@ def test_keys_are_tritons_and_every_one_is_tested() -> None:
     assert {row[0] for row in TRT_GOOD} | PROFILE_KEYS | {"precision_mode"} == TRITON_TRT_KEYS
     assert {row[0] for row in CUDA_GOOD} == set(CUDA_KEYS)
     assert set(CUDA_MODEL_PARAMETERS) <= set(CUDA_KEYS)
+    readme = (Path(__file__).parents[1] / "README.md").read_text().split("ONNX Runtime: `KIND_CPU`")[1].split("\n- ")[0]
+    assert [key for key in (*TRT_KEYS, *CUDA_KEYS) if f"`{key}`" not in readme] == []
 
 
 KEY_CASES = [("tensorrt", key, given, {option: passed}, kind) for key, given, option, passed, kind in TRT_GOOD] + [
