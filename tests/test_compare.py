@@ -17,6 +17,8 @@ import onnx
 import pytest
 from onnx import TensorProto, numpy_helper
 
+from modelsvc._cli import main
+from modelsvc.backends import ModelLoadError
 from modelsvc.tools import onnx_models as om
 from modelsvc.tools.compare import (
     CompareError,
@@ -456,83 +458,94 @@ class _Tensor:
 
 
 class _StandInEngine:
-    """Stands in for modelsvc.backends._tensorrt_engine.PlanEngine: its constructor, description and infer."""
+    """Stands in for modelsvc.backends._tensorrt_engine.PlanEngine (constructor, description, infer, close). Its
+    "plan" is the path of an ONNX file with INT32 inputs, which it runs in ONNX Runtime; one profile, opt 3x8."""
 
     made: ClassVar[list[tuple[bytes, int, int]]] = []
 
-    def __init__(self, plan: bytes, device: int = 0, profile: int = 0) -> None:
+    def __init__(self, plan: bytes, *, device: int = 0, profile: int = 0) -> None:
         self.made.append((plan, device, profile))
+        self.onnx = OnnxRunner(plan.decode())
+        limits = ((1, 1), (3, 8), (8, 64))
         self.description = types.SimpleNamespace(
             tensors=[
                 _Tensor("input_ids", True, "TYPE_INT32", (-1, -1)),
                 _Tensor("attention_mask", True, "TYPE_INT32", (-1, -1)),
                 _Tensor("logits", False, "TYPE_FP32", (-1, 4)),
-            ]
+            ],
+            profiles=[types.SimpleNamespace(shapes={"input_ids": limits, "attention_mask": limits})],
         )
-        self.closed = False
 
     def infer(self, feeds: Mapping[str, np.ndarray[Any, Any]]) -> dict[str, np.ndarray[Any, Any]]:
         assert all(v.dtype == np.int32 for v in feeds.values())
-        return {"logits": np.ones((feeds["input_ids"].shape[0], 4), np.float32)}
+        return self.onnx.run(feeds)
 
     def close(self) -> None:
-        self.closed = True
+        self.onnx.close()
 
 
-def test_plan_runner_adapts_the_engine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def _stand_in(monkeypatch: pytest.MonkeyPatch, engine: type) -> None:
     module = types.ModuleType(ENGINE_MODULE)
-    module.PlanEngine = _StandInEngine  # type: ignore[attr-defined]
+    module.PlanEngine = engine  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, ENGINE_MODULE, module)
-    (tmp_path / "m.plan").write_bytes(b"PLAN")
-    runner = open_runner(str(tmp_path / "m.plan"))
+
+
+def test_plan_runner_adapts_the_engine(
+    monkeypatch: pytest.MonkeyPatch, files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _stand_in(monkeypatch, _StandInEngine)
+    plan = tmp_path / "m.plan"
+    plan.write_bytes(str(files["token32"]).encode())
+    runner = open_runner(str(plan))
     assert isinstance(runner, PlanRunner)
-    assert _StandInEngine.made[-1] == (b"PLAN", 0, 0)
+    assert _StandInEngine.made[-1] == (str(files["token32"]).encode(), 0, 0)
     assert runner.inputs == [
         TensorDecl("input_ids", "INT32", (-1, -1)),
         TensorDecl("attention_mask", "INT32", (-1, -1)),
     ]
     assert runner.outputs == ["logits"]
-    # an INT64 side against this INT32 plan: cast for the plan
-    int64_side = _Fixed([TensorDecl("input_ids", "INT64", (-1, -1)), TensorDecl("attention_mask", "INT64", (-1, -1))])
-    inputs, notes = common_inputs(int64_side.inputs, runner.inputs)
-    report = compare_runners(int64_side, runner, random_feeds(inputs), 0.0, 0.0)
+    assert runner.opt_shapes == {"input_ids": (3, 8), "attention_mask": (3, 8)}
+    # an INT64 ONNX side against this INT32 "plan": cast for the plan, no difference
+    onnx_side = OnnxRunner(files["token"])
+    inputs, notes = common_inputs(onnx_side.inputs, runner.inputs)
+    report = compare_runners(onnx_side, runner, random_feeds(inputs), 0.0, 0.0)
     assert report.passed
     assert len(notes) == 2
     runner.close()
-    PlanRunner(b"BYTES", device=1, profile=2).close()
-    assert _StandInEngine.made[-1] == (b"BYTES", 1, 2)
+    PlanRunner(str(files["token32"]).encode(), device=1, profile=2).close()
+    assert _StandInEngine.made[-1][1:] == (1, 2)
+
+    # the command line, in process (the stand-in lives in this process): the profile's opt shapes are fed
+    assert main(["compare", str(files["perturbed"]), str(plan)]) == 1
+    out, err = capsys.readouterr()
+    assert "input_ids 3x8 int64, attention_mask 3x8 int64" in out
+    assert "logits  3x4" in out
+    assert "opt shapes of the plan's optimization profile" in err
+    assert main(["compare", str(files["token"]), str(plan), "--shape", "input_ids:5x9"]) == 0
+    assert "input_ids 5x9 int64, attention_mask 5x9 int64" in capsys.readouterr().out
 
 
 def test_plan_runner_without_tensorrt_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    try:
+        import tensorrt  # noqa: F401
+    except ImportError:  # the real engine module, whose import of tensorrt fails here
+        with pytest.raises(SourceError, match=r"needs TensorRT: pip install 'modelsvc\[tensorrt\]'"):
+            PlanRunner(b"PLAN")
+
     class NeedsTensorrt:
-        def __init__(self, plan: bytes, device: int = 0, profile: int = 0) -> None:
+        def __init__(self, plan: bytes, *, device: int = 0, profile: int = 0) -> None:
             raise ModuleNotFoundError("No module named 'tensorrt'", name="tensorrt")
 
-    module = types.ModuleType(ENGINE_MODULE)
-    module.PlanEngine = NeedsTensorrt  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, ENGINE_MODULE, module)
+    class NotAPlan:
+        def __init__(self, plan: bytes, *, device: int = 0, profile: int = 0) -> None:
+            raise ModelLoadError("TensorRT 10.9 cannot read this plan (built for compute capability 8.0)")
+
+    _stand_in(monkeypatch, NeedsTensorrt)
     with pytest.raises(SourceError, match=r"needs TensorRT: pip install 'modelsvc\[tensorrt\]'"):
         PlanRunner(b"PLAN")
-
-
-@dataclass
-class _Fixed:
-    decls: list[TensorDecl]
-
-    @property
-    def inputs(self) -> list[TensorDecl]:
-        return self.decls
-
-    @property
-    def outputs(self) -> list[str]:
-        return ["logits"]
-
-    def run(self, feeds: Mapping[str, np.ndarray[Any, Any]]) -> dict[str, np.ndarray[Any, Any]]:
-        assert all(v.dtype == np.int64 for v in feeds.values())
-        return {"logits": np.ones((feeds["input_ids"].shape[0], 4), np.float32)}
-
-    def close(self) -> None:
-        pass
+    _stand_in(monkeypatch, NotAPlan)
+    with pytest.raises(SourceError, match=r"<plan of 4 bytes>: TensorRT 10\.9 cannot read this plan"):
+        PlanRunner(b"PLAN")
 
 
 def _build_plan(onnx_path: Path) -> bytes:

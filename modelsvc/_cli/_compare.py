@@ -34,7 +34,8 @@ Both must take the same inputs (names and datatypes; INT32 on one side and INT64
 and said so). Inputs are random and seeded, unless --npz gives them:
   dims: a dim the models fix keeps its size; --shape fixes an input's dims; a free dim of an input that
     no --shape names takes the size at the same position of the first --shape of the same rank, else 2
-    for the first (batch) dim and 16 for any other
+    for the first (batch) dim and 16 for any other; with a plan on either side and no --shape, the opt
+    shapes of the plan's optimization profile 0
   values: floats standard normal; integers 0..99, except inputs named like *mask* (all ones) and
     *token_type* (all zeros); BOOL random (*mask*: all true); BYTES only from --npz
 
@@ -105,6 +106,11 @@ def run(args: argparse.Namespace) -> int:
             feeds, npz_notes = load_npz(args.npz, inputs)
             notes = [*npz_notes, *notes]
         else:
+            if not shapes:  # a plan's profile: its opt shapes, which the plan is sure to accept
+                for runner in runners:
+                    shapes.update(getattr(runner, "opt_shapes", {}))
+                if shapes:
+                    notes.append("shapes: the opt shapes of the plan's optimization profile (--shape overrides)")
             feeds = random_feeds(inputs, shapes, args.seed)
         for note in notes:
             _say(note)

@@ -1,16 +1,14 @@
-"""``PlanRunner``: a TensorRT plan run through the tensorrt backend's engine wrapper.
+"""``PlanRunner``: a TensorRT plan run through the tensorrt backend's ``PlanEngine``.
 
-The wrapper (``modelsvc.backends._tensorrt_engine.PlanEngine``) owns everything that touches TensorRT and CUDA;
-this module only adapts it to the ``Runner`` protocol, and imports it when a plan is opened, so that comparing
-ONNX files and served models needs neither TensorRT nor a GPU.
+``PlanEngine`` (``modelsvc.backends._tensorrt_engine``) owns everything that touches TensorRT and CUDA; this module
+only adapts it to the ``Runner`` protocol, and imports it when a plan is opened, so that comparing ONNX files and
+served models needs neither TensorRT nor a GPU.
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Protocol
 
 import numpy as np
 
@@ -26,32 +24,12 @@ INSTALL_HINT = "pip install 'modelsvc[tensorrt]'"
 _EXTRA_MODULES = ("tensorrt", "cuda")
 
 
-class _EngineTensor(Protocol):
-    name: str
-    is_input: bool
-    datatype: str  # the model configuration's name: TYPE_FP32
-    dims: Sequence[int]
-
-
-class _EngineDescription(Protocol):
-    tensors: Sequence[_EngineTensor]
-
-
-class _PlanEngine(Protocol):
-    description: _EngineDescription
-
-    def infer(self, feeds: Mapping[str, Array]) -> Mapping[str, Array]: ...
-
-    def close(self) -> None: ...
-
-
-def _missing_extra(exc: ImportError) -> bool:
-    name = exc.name or ""
-    return name.split(".")[0] in _EXTRA_MODULES
-
-
 class PlanRunner:
-    """A TensorRT plan (a file's path, or the plan's bytes) on GPU ``device`` with optimization ``profile``."""
+    """A TensorRT plan (a file's path, or the plan's bytes) on GPU ``device`` with optimization ``profile``.
+
+    ``opt_shapes`` holds the profile's opt shape of each input: ``modelsvc compare`` feeds those when no
+    ``--shape`` is given, so that random inputs fall inside the profile.
+    """
 
     def __init__(self, path_or_bytes: str | Path | bytes, device: int = 0, profile: int = 0) -> None:
         if isinstance(path_or_bytes, bytes):
@@ -65,23 +43,33 @@ class PlanRunner:
                 raise SourceError(f"{self.source}: no such file") from None
             except OSError as exc:
                 raise SourceError(f"{self.source}: cannot read it: {exc}") from None
+        from ...backends import ModelLoadError
+
         try:
-            module = importlib.import_module(ENGINE_MODULE)
-            self._engine: _PlanEngine = module.PlanEngine(plan, device=device, profile=profile)
+            from ...backends._tensorrt_engine import PlanEngine
+
+            self._engine = PlanEngine(plan, device=device, profile=profile)
         except ImportError as exc:
-            if _missing_extra(exc):
+            if (exc.name or "").split(".")[0] in _EXTRA_MODULES:
                 raise SourceError(f"{self.source}: running a TensorRT plan needs TensorRT: {INSTALL_HINT}") from None
             raise
-        tensors = list(self._engine.description.tensors)
+        except ModelLoadError as exc:  # not a plan, a plan of another TensorRT or GPU, no such profile
+            raise SourceError(f"{self.source}: {exc}") from None
+        description = self._engine.description
         self.inputs: list[TensorDecl] = [
-            TensorDecl(t.name, _wire(self.source, t.name, t.datatype), tuple(t.dims)) for t in tensors if t.is_input
+            TensorDecl(t.name, _wire(self.source, t.name, t.datatype), tuple(t.dims))
+            for t in description.tensors
+            if t.is_input
         ]
-        self.outputs: list[str] = [t.name for t in tensors if not t.is_input]
+        self.outputs: list[str] = [t.name for t in description.tensors if not t.is_input]
+        profiles = description.profiles
+        chosen = profiles[profile].shapes if 0 <= profile < len(profiles) else {}
+        self.opt_shapes: dict[str, tuple[int, ...]] = {name: tuple(opt) for name, (_, opt, _) in chosen.items()}
 
     def run(self, feeds: Mapping[str, Array]) -> dict[str, Array]:
         try:
             outputs = self._engine.infer(feeds)
-        except Exception as exc:  # the engine's own errors (shape outside the profile, CUDA failures)
+        except Exception as exc:  # the engine's own errors (a shape outside the profile, CUDA failures)
             raise RunnerFailed(f"{self.source}: TensorRT failed: {exc}") from None
         return {name: np.asarray(value) for name, value in outputs.items()}
 
