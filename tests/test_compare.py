@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 from modelsvc._cli import main
 from modelsvc.backends import ModelLoadError
@@ -77,6 +77,18 @@ def _int32_inputs(model: onnx.ModelProto) -> onnx.ModelProto:
     return copy
 
 
+def _add_only() -> onnx.ModelProto:
+    """OUTPUT0 = INPUT0 + INPUT1 (FP32 [batch, 16]): add_sub without OUTPUT1."""
+    f = TensorProto.FLOAT
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["INPUT0", "INPUT1"], ["OUTPUT0"])],
+        "add_only",
+        [helper.make_tensor_value_info(n, f, ["batch", 16]) for n in ("INPUT0", "INPUT1")],
+        [helper.make_tensor_value_info("OUTPUT0", f, ["batch", 16])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", om.OPSET)], ir_version=8)
+
+
 @pytest.fixture(scope="module")
 def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("compare")
@@ -85,7 +97,8 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "perturbed": _perturbed(_token_model()),
         "token32": _int32_inputs(_token_model()),
         "add_sub": om.add_sub(),
-        "identity": om.identity(dims=["batch", 5]),
+        "add_only": _add_only(),
+        "three_labels": om.token_classifier(layers=1, labels=3),
     }
     paths = {}
     for name, model in models.items():
@@ -286,38 +299,18 @@ def test_models_that_take_other_inputs_or_give_other_outputs(files: dict[str, Pa
     merged, _ = common_inputs([TensorDecl("x", "FP32", (-1, 3))], [TensorDecl("x", "FP32", (2, -1))])
     assert merged == [TensorDecl("x", "FP32", (2, 3))]
 
-    # identity: INPUT0 -> OUTPUT0 only; add_sub gives OUTPUT0 and OUTPUT1
-    identity = OnnxRunner(files["identity"])
-    sub = _AddSubAsIdentity(add_sub)
-    feeds = random_feeds(identity.inputs, seed=0)
-    report = compare_runners(identity, sub, feeds, 0.0, 0.0)
-    assert [d.name for d in report.outputs] == ["OUTPUT0"]
+    # add_only gives OUTPUT0 = INPUT0 + INPUT1 only; add_sub gives OUTPUT0 and OUTPUT1
+    add_only = OnnxRunner(files["add_only"])
+    feeds = random_feeds(add_only.inputs, seed=0)
+    report = compare_runners(add_only, add_sub, feeds, 0.0, 0.0)
+    assert [(d.name, d.max_abs, d.passed) for d in report.outputs] == [("OUTPUT0", 0.0, True)]
     assert report.only_b == ("OUTPUT1",)
     with pytest.raises(UsageError, match="--outputs names OUTPUT1, not an output of both models"):
-        compare_runners(identity, sub, feeds, 0.0, 0.0, outputs=["OUTPUT1"])
-
-
-@dataclass
-class _AddSubAsIdentity:
-    """add_sub fed INPUT0 and zeros as INPUT1: OUTPUT0 equals INPUT0 (and OUTPUT1 too, which identity lacks)."""
-
-    inner: OnnxRunner
-
-    @property
-    def inputs(self) -> list[TensorDecl]:
-        return [TensorDecl("INPUT0", "FP32", (-1, 5))]
-
-    @property
-    def outputs(self) -> list[str]:
-        return self.inner.outputs
-
-    def run(self, feeds: Mapping[str, np.ndarray[Any, Any]]) -> dict[str, np.ndarray[Any, Any]]:
-        x = np.pad(feeds["INPUT0"], ((0, 0), (0, 11)))
-        out = self.inner.run({"INPUT0": x, "INPUT1": np.zeros_like(x)})
-        return {k: v[:, :5] for k, v in out.items()}
-
-    def close(self) -> None:
-        self.inner.close()
+        compare_runners(add_only, add_sub, feeds, 0.0, 0.0, outputs=["OUTPUT1"])
+    narrowed = _compare(str(files["add_sub"]), str(files["add_only"]), "--outputs", "OUTPUT0")
+    assert narrowed.returncode == 0, narrowed.stderr
+    assert "only A gives (not compared): OUTPUT1" in narrowed.stdout
+    assert _compare(str(files["add_sub"]), str(files["add_only"]), "--outputs", "OUTPUT1").returncode == 2
 
 
 def test_differences_by_definition() -> None:
@@ -341,31 +334,14 @@ def test_differences_by_definition() -> None:
 
 
 def test_output_of_another_shape_fails_naming_it(files: dict[str, Path]) -> None:
-    a = OnnxRunner(files["token"])
-    b = _Truncating(OnnxRunner(files["token"]))
+    a, b = OnnxRunner(files["token"]), OnnxRunner(files["three_labels"])
     report = compare_runners(a, b, random_feeds(a.inputs), 1.0, 1.0)
     assert not report.passed
     assert report.failed == ("logits",)
     assert "logits  2x4 vs 2x3  -        -        SHAPE" in render_table(report)
-
-
-@dataclass
-class _Truncating:
-    inner: OnnxRunner
-
-    @property
-    def inputs(self) -> list[TensorDecl]:
-        return self.inner.inputs
-
-    @property
-    def outputs(self) -> list[str]:
-        return self.inner.outputs
-
-    def run(self, feeds: Mapping[str, np.ndarray[Any, Any]]) -> dict[str, np.ndarray[Any, Any]]:
-        return {k: v[:, :3] for k, v in self.inner.run(feeds).items()}
-
-    def close(self) -> None:
-        self.inner.close()
+    run = _compare(str(files["token"]), str(files["three_labels"]))
+    assert run.returncode == 1
+    assert "SHAPE" in run.stdout
 
 
 def test_a_model_that_fails_on_the_inputs_is_named(files: dict[str, Path]) -> None:

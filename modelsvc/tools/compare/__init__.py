@@ -4,7 +4,8 @@ A and B are any of an ONNX file (ONNX Runtime, CPU), a TensorRT plan (``.plan``/
 ``modelsvc[tensorrt]`` and a GPU) and a served model (``http://HOST:PORT/v2/models/NAME[/versions/V]`` or
 ``grpc://...``)::
 
-    from modelsvc.tools.compare import compare_runners, open_runner, random_feeds, common_inputs
+    from modelsvc.tools.compare import common_inputs, compare_runners, open_runner, random_feeds, render_table
+
     a, b = open_runner("model.onnx"), open_runner("http://localhost:8000/v2/models/model")
     inputs, notes = common_inputs(a.inputs, b.inputs)
     report = compare_runners(a, b, random_feeds(inputs, seed=0), atol=1e-5, rtol=1e-3)

@@ -5,7 +5,8 @@ Random inputs (``random_feeds``), seeded, with every dim fixed first (``resolve_
 - a dim the models fix keeps its size; ``--shape NAME:AxB`` fixes all of an input's dims;
 - a free (-1) dim of an input that no ``--shape`` names takes the size at the same position of the first
   ``--shape`` of the same rank (so ``--shape input_ids:4x128`` sizes ``attention_mask`` too), else
-  ``DEFAULT_BATCH`` (2) for the first dim and ``DEFAULT_DIM`` (16) for any other;
+  ``DEFAULT_BATCH`` (2) for the first dim and ``DEFAULT_DIM`` (16) for any other (``modelsvc compare`` passes a
+  plan's ``PlanRunner.opt_shapes`` as the shapes when no ``--shape`` is given);
 - floating-point inputs: standard normal values; BOOL: random, except names containing ``mask``: all True;
 - integer inputs: ids in ``0 .. INT_HIGH - 1`` (0..99), except names containing ``mask`` (all ones: an
   attention mask that masks nothing) and ``token_type`` (all zeros: one segment);
