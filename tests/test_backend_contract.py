@@ -38,7 +38,7 @@ from tests._server import ModelsvcProcess, wait_for
 from tests.conftest import infer_input
 from tests.test_onnxruntime_backend import instances
 from tests.test_python_backend import write_python_model
-from tests.test_tensorrt_backend import build_plan, gpu_skip_reason
+from tests.test_tensorrt_engine import build_plan, gpu_skip_reason
 
 pytestmark = pytest.mark.integration
 

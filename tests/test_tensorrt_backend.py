@@ -8,7 +8,7 @@ they skip with the reason where TensorRT or a GPU is missing.
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +17,9 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 from google.protobuf import text_format
-from tritonclient.utils import InferenceServerException
 
 from modelsvc.backends import ConfigMismatchError, ModelConfig, ModelLoadError, get_backend
-from modelsvc.backends._devices import Placement, visible_gpus
+from modelsvc.backends._devices import Placement
 from modelsvc.backends._tensorrt import TensorRTBackend, TensorRTInstance
 from modelsvc.backends._tensorrt_spec import (
     EngineDescription,
@@ -350,20 +349,6 @@ def test_the_deserialization_message_names_both_sides() -> None:
 # --- without TensorRT -------------------------------------------------------------------------------------------
 
 
-def gpu_skip_reason() -> str | None:
-    """Why the GPU tests cannot run here, or None."""
-    for module, extra in (("tensorrt", "TensorRT"), ("cuda.bindings", "cuda-python")):
-        try:
-            found = importlib.util.find_spec(module) is not None
-        except ModuleNotFoundError:
-            found = False
-        if not found:
-            return f"{extra} is not installed (pip install 'modelsvc[tensorrt]' on a GPU machine)"
-    if not visible_gpus():
-        return "no NVIDIA GPU is visible"
-    return None
-
-
 HAS_TENSORRT = importlib.util.find_spec("tensorrt") is not None
 PLAN_CONFIG = 'name: "plan"\nplatform: "tensorrt_plan"\nmax_batch_size: 8\n'
 
@@ -406,122 +391,3 @@ def test_a_plan_model_without_tensorrt_is_unavailable_and_the_onnx_model_serves(
             assert not client.is_model_ready("plan")
     finally:
         proc.terminate()
-
-
-# --- on a GPU with TensorRT (-m gpu) ----------------------------------------------------------------------------
-
-
-def build_plan(model: Any, profiles: list[Ranges]) -> bytes:
-    """A plan of the ONNX ``model`` built with TensorRT's builder, one optimization profile per entry."""
-    import tensorrt as trt
-
-    logger = trt.Logger(trt.Logger.WARNING)
-    builder = trt.Builder(logger)
-    network = builder.create_network(0)
-    parser = trt.OnnxParser(network, logger)
-    if not parser.parse(model.SerializeToString()):
-        errors = [str(parser.get_error(i)) for i in range(parser.num_errors)]
-        raise AssertionError(f"TensorRT's ONNX parser failed: {errors}")
-    config = builder.create_builder_config()
-    for ranges in profiles:
-        profile = builder.create_optimization_profile()
-        for name, (low, opt, high) in ranges.items():
-            profile.set_shape(name, low, opt, high)
-        config.add_optimization_profile(profile)
-    serialized = builder.build_serialized_network(network, config)
-    assert serialized is not None, "TensorRT could not build the plan"
-    return bytes(serialized)
-
-
-def needs_gpu() -> None:
-    reason = gpu_skip_reason()
-    if reason:
-        pytest.skip(reason)
-
-
-ADD_SUB_RANGES: Ranges = {name: ((1, 1), (4, 8), (8, 64)) for name in ("INPUT0", "INPUT1")}
-
-
-@pytest.fixture(scope="module")
-def add_sub_plan() -> bytes:
-    needs_gpu()
-    return build_plan(
-        om.add_sub(["batch", "n"]), [ADD_SUB_RANGES, {k: ((1, 1), (1, 4), (2, 4)) for k in ADD_SUB_RANGES}]
-    )
-
-
-@pytest.mark.gpu
-def test_plan_engine_outputs_and_description(add_sub_plan: bytes) -> None:
-    from modelsvc.backends._tensorrt_engine import PlanEngine
-
-    engine = PlanEngine(add_sub_plan, device=0, profile=0)
-    try:
-        desc = engine.description
-        assert [(t.name, t.is_input, t.datatype, t.dims) for t in desc.tensors] == [
-            ("INPUT0", True, "TYPE_FP32", (-1, -1)),
-            ("INPUT1", True, "TYPE_FP32", (-1, -1)),
-            ("OUTPUT0", False, "TYPE_FP32", (-1, -1)),
-            ("OUTPUT1", False, "TYPE_FP32", (-1, -1)),
-        ]
-        assert desc.profiles[0].shapes["INPUT0"] == ((1, 1), (4, 8), (8, 64))
-        assert len(desc.profiles) == 2
-        rng = np.random.default_rng(0)
-        for shape in [(3, 5), (8, 64), (1, 1), (5, 9)]:  # grows and reuses its buffers
-            a, b = (rng.standard_normal(shape).astype(np.float32) for _ in range(2))
-            out = engine.infer({"INPUT0": a, "INPUT1": b})
-            np.testing.assert_allclose(out["OUTPUT0"], a + b, rtol=1e-6)
-            np.testing.assert_allclose(out["OUTPUT1"], a - b, rtol=1e-6)
-    finally:
-        engine.close()
-        engine.close()
-    second = PlanEngine(add_sub_plan, device=0, profile=1)
-    try:
-        a = np.ones((2, 4), np.float32)
-        np.testing.assert_array_equal(second.infer({"INPUT0": a, "INPUT1": a})["OUTPUT0"], a * 2)
-    finally:
-        second.close()
-
-
-@pytest.mark.gpu
-def test_a_plan_that_does_not_deserialize_says_which_versions() -> None:
-    needs_gpu()
-    from modelsvc.backends._tensorrt_engine import PlanEngine
-
-    with pytest.raises(ModelLoadError, match=r"TensorRT could not deserialize the plan.*This server: TensorRT \d"):
-        PlanEngine(b"ftrt" + bytes(1000), device=0)
-
-
-@pytest.fixture(scope="module")
-def plan_server(add_sub_plan: bytes, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelsvcProcess]:
-    repo = tmp_path_factory.mktemp("plans")
-    (repo / "add_sub" / "1").mkdir(parents=True)
-    (repo / "add_sub" / "1" / "model.plan").write_bytes(add_sub_plan)
-    (repo / "add_sub" / "config.pbtxt").write_text(
-        'name: "add_sub"\nplatform: "tensorrt_plan"\nmax_batch_size: 8\n'
-        'instance_group [ { kind: KIND_GPU count: 1 profile: [ "0" ] } ]\n'
-    )
-    with ModelsvcProcess(repo) as proc:
-        proc.wait_ready(timeout=120)
-        yield proc
-
-
-@pytest.mark.gpu
-@pytest.mark.integration
-def test_a_served_plan_through_tritonclient(plan_server: ModelsvcProcess) -> None:
-    with httpclient.InferenceServerClient(plan_server.url) as client:
-        metadata = client.get_model_metadata("add_sub")
-        assert [(t["name"], t["datatype"], t["shape"]) for t in metadata["inputs"]] == [
-            ("INPUT0", "FP32", [-1, -1]),
-            ("INPUT1", "FP32", [-1, -1]),
-        ]
-        assert client.get_model_config("add_sub")["max_batch_size"] == 8
-        a = np.arange(12, dtype=np.float32).reshape(3, 4)
-        result = client.infer("add_sub", [infer_input("INPUT0", a), infer_input("INPUT1", a)])
-        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a * 2)
-        np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a * 0)
-        long = np.zeros((1, 65), np.float32)
-        with pytest.raises(InferenceServerException) as info:
-            client.infer("add_sub", [infer_input("INPUT0", long), infer_input("INPUT1", long)])
-        assert info.value.status() == "400"
-        assert "INPUT0" in str(info.value)
-        assert "[1, 1]..[8, 64]" in str(info.value)
