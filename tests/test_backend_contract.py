@@ -73,6 +73,8 @@ class BackendCase:
 
     backend: str
     write: Callable[[Path, str, Spec, str], None]
+    device: str = "cpu"
+    """Where its instances run when the repository is read in process (``gpu:0`` for a GPU-only backend)."""
 
 
 def _write_onnx(repo: Path, name: str, spec: Spec, config: str) -> None:
@@ -136,7 +138,7 @@ def _write_tensorrt(repo: Path, name: str, spec: Spec, config: str) -> None:
 BACKEND_CASES = [
     BackendCase("onnxruntime", _write_onnx),
     BackendCase("python", _write_python),
-    pytest.param(BackendCase("tensorrt", _write_tensorrt), marks=pytest.mark.gpu),
+    pytest.param(BackendCase("tensorrt", _write_tensorrt, device="gpu:0"), marks=pytest.mark.gpu),
 ]
 
 ADD_SUB = Spec("add_sub", "FP32")
@@ -226,14 +228,15 @@ def http(server: ModelsvcProcess) -> Iterator[httpclient.InferenceServerClient]:
 
 
 @pytest.mark.parametrize("name", list(SPECS))
-def test_an_instance_executes_a_batch(repository: Path, name: str) -> None:
+def test_an_instance_executes_a_batch(case: BackendCase, repository: Path, name: str) -> None:
     spec = SPECS[name]
-    created = instances(ModelRepository(repository, gpus=()).load(name))
+    gpus = () if case.device == "cpu" else None  # a CPU backend is read as on a machine without GPUs
+    created = instances(ModelRepository(repository, gpus=gpus).load(name))
     try:
         assert created
         for instance in created:
             assert instance.name
-            assert instance.device == "cpu"
+            assert instance.device == case.device
             assert instance.providers
             inputs = batch(spec, rows=4, n=7)
             out = instance.execute(inputs, spec.outputs)
