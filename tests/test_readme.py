@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import shutil
 import subprocess
@@ -65,6 +66,29 @@ def test_readme_logicd_example_defines_a_service():
     ]
 
 
+
+def test_readme_gpu_commands(tmp_path):
+    """The GPU block as written: `modelsvc build` refuses without TensorRT, naming the extra and writing nothing;
+    `modelsvc compare` of the ONNX file against the same model served by modelsvc passes."""
+    from services import build
+
+    build.build()
+    build_line, serve_line, compare_line = (line.split() for line in _blocks("bash")[4].strip().splitlines())
+    plans = tmp_path / "plans"
+    build_line[build_line.index("--model-repository") + 1] = str(plans)
+    built = subprocess.run(build_line, capture_output=True, text=True, cwd=ROOT)
+    if importlib.util.find_spec("tensorrt") is None:
+        assert built.returncode == 2, built.stderr
+        assert "pip install 'modelsvc[tensorrt]'" in built.stderr
+        assert not plans.exists()
+    assert serve_line[:3] == [".venv/bin/modelsvc", "serve", "--model-repository"]
+    with ModelsvcProcess(ROOT / "services" / "doc_classifier" / "model_repository") as proc:
+        compare_line = [word.replace("localhost:8000", proc.url) for word in compare_line]
+        compared = subprocess.run(compare_line, capture_output=True, text=True, cwd=ROOT)
+    assert compared.returncode == 0, compared.stdout + compared.stderr
+    assert "sentence_embedding" in compared.stdout
+
+
 #: every fenced block of README.md, by language, and the test that runs it (or checks it, for the two set-up
 #: commands: CI runs the second as .ci/run, and services/doc_classifier/tests runs the first one's last steps)
 COVERED = {
@@ -73,6 +97,7 @@ COVERED = {
         "test_readme_opens_with_the_two_commands (the test command, which .ci/run runs)",
         "the quickstart fixture (`modelsvc serve` on the quickstart repository)",
         "test_readme_curl_examples",
+        "test_readme_gpu_commands (and loadtests/gpu/verify.sh on a GPU machine)",
     ],
     "python": [
         "test_readme_python_examples[tritonclient]",
