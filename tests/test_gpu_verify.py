@@ -362,3 +362,53 @@ def test_table_shows_each_runner_beside_the_bound() -> None:
     unknown = bench.format_table(rows[:1], gpu="Quadro RTX 8000", peak_tflops=None, ort_precision="fp32")
     assert "peak unknown (give --peak-tflops)" in unknown
     assert "ORT CUDA fp32" in unknown
+
+
+# --- bench_gpu's runners, as far as they run without a GPU ------------------------------------------------------
+
+
+@pytest.mark.integration
+def test_served_runner_keeps_the_batcher_full(tmp_path: Path) -> None:
+    """The served row's loop against a real modelsvc (a small ONNX model on the CPU): answers counted, the dynamic
+    batcher fed batches larger than one request, the client closed."""
+    from modelsvc.tools import onnx_models as om
+    from tests._server import ModelsvcProcess
+
+    config = """name: "tok"
+backend: "onnxruntime"
+max_batch_size: 16
+input [ { name: "input_ids" data_type: TYPE_INT64 dims: [ -1 ] },
+        { name: "attention_mask" data_type: TYPE_INT64 dims: [ -1 ] } ]
+output [ { name: "logits" data_type: TYPE_FP32 dims: [ 4 ] } ]
+dynamic_batching { max_queue_delay_microseconds: 2000 }
+"""
+    om.write_model(tmp_path, "tok", om.token_classifier(vocab=30000, layers=2), config)
+    with ModelsvcProcess(tmp_path) as server:
+        served = bench.Served(server.url, "tok", {"input_ids": np.int64, "attention_mask": np.int64}, ["logits"])
+        concurrency = bench.concurrency_for(2, 16)
+        assert concurrency == 16
+        submit, close = served.submitter(2, 32, concurrency)
+        try:
+            import time
+
+            rate = bench.measure_window(submit, 2, concurrency, seconds=0.5, deadline=time.monotonic() + 30)
+        finally:
+            close()
+        assert isinstance(rate, float)
+        assert rate > 0
+        stats = server.model_stats("tok")
+        assert stats["inference_count"] > stats["execution_count"]  # several requests per batch
+
+
+def test_ort_cuda_session_refuses_a_cpu_fallback(tmp_path: Path) -> None:
+    """ONNX Runtime falls back to the CPU silently when CUDA cannot load: the bench says so instead of measuring."""
+    from modelsvc.tools import onnx_models as om
+
+    om.write_model(tmp_path, "tok", om.token_classifier(), None)
+    ort = pytest.importorskip("onnxruntime")
+    if "CUDAExecutionProvider" in ort.get_available_providers():
+        smi = shutil.which("nvidia-smi")
+        if smi is not None and subprocess.run([smi], capture_output=True, timeout=30).returncode == 0:
+            pytest.skip("this machine has a GPU: ONNX Runtime may really run on CUDA")
+    with pytest.raises(RuntimeError, match=r"\(no CUDAExecutionProvider\): its CUDA libraries did not load"):
+        bench.ort_cuda_session(tmp_path / "tok" / "1" / "model.onnx")

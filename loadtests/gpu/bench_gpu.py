@@ -315,7 +315,8 @@ class Served:
         self.inputs = inputs
         self.outputs = list(outputs)
 
-    def submitter(self, batch: int, tokens: int, concurrency: int) -> Callable[[], Any]:
+    def submitter(self, batch: int, tokens: int, concurrency: int) -> tuple[Callable[[], Any], Callable[[], None]]:
+        """(submit one request, close the client): one client, with ``concurrency`` connections, per cell."""
         import tritonclient.http as httpclient
         from tritonclient.utils import np_to_triton_dtype
 
@@ -330,7 +331,7 @@ class Served:
         def submit() -> Any:
             return client.async_infer(self.model, infer_inputs, outputs=wanted)
 
-        return submit
+        return submit, client.close
 
 
 def run_model(spec: ModelSpec, args: argparse.Namespace, seconds: float, deadline: float) -> tuple[list[Row], str]:
@@ -378,8 +379,11 @@ def run_model(spec: ModelSpec, args: argparse.Namespace, seconds: float, deadlin
 
         def served_cell(batch: int, tokens: int) -> float | str:
             concurrency = concurrency_for(batch, max(args.batches))
-            submit = served.submitter(batch, tokens, concurrency)
-            return measure_window(submit, batch, concurrency, seconds, deadline)
+            submit, close = served.submitter(batch, tokens, concurrency)
+            try:
+                return measure_window(submit, batch, concurrency, seconds, deadline)
+            finally:
+                close()
 
         each("served", served_cell)
     return rows, precision
