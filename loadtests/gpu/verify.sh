@@ -262,7 +262,7 @@ sys.exit(f'modelsvc serve was not ready within 170 s; its log: {log}\\n' + open(
 step gpu-metrics 30 "$PY" -c "
 import sys, time, urllib.request
 url = f'http://127.0.0.1:{sys.argv[1]}/metrics'
-wanted = ('nv_gpu_utilization{', 'nv_gpu_memory_used_bytes{', 'nv_gpu_power_usage{')
+wanted = ('nv_gpu_utilization{', 'nv_gpu_memory_used_bytes{', 'nv_gpu_memory_total_bytes{')
 for _ in range(40):
     text = urllib.request.urlopen(url, timeout=5).read().decode()
     missing = [w.rstrip('{') for w in wanted if w not in text]
