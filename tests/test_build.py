@@ -391,6 +391,23 @@ def test_missing_source_onnx(tmp_path: Path) -> None:
         build_plan(BuildOptions(from_config=source, model_repository=tmp_path / "out"))
 
 
+def test_onnx_runtime_fused_operators_are_refused(tmp_path: Path) -> None:
+    """`modelsvc export --optimize` fuses attention into com.microsoft operators that only ONNX Runtime runs."""
+    import onnx
+
+    source = _repo(tmp_path)
+    path = source / "1" / "model.onnx"
+    model = onnx.load(str(path))
+    for node in model.graph.node[:1]:
+        node.domain = "com.microsoft"
+    model.opset_import.append(onnx.helper.make_opsetid("com.microsoft", 1))
+    onnx.save(model, str(path))
+    op = model.graph.node[0].op_type
+    with _usage(f"ONNX Runtime's own operators (com.microsoft: {op}), which TensorRT's ONNX parser does not read"):
+        build_plan(BuildOptions(from_config=source, model_repository=tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
+
+
 # --- the CLI without TensorRT ---------------------------------------------------------------------------
 
 

@@ -210,6 +210,13 @@ def _inputs_and_profiles(options: BuildOptions) -> tuple[Path, Any, list[Profile
         model = onnx.load(str(onnx_path), load_external_data=False)
     except Exception as exc:  # onnx raises DecodeError and others for a file that is not a model
         raise BuildUsageError(f"--onnx {onnx_path}: not an ONNX model: {exc}") from None
+    contrib = sorted({node.op_type for node in model.graph.node if node.domain == "com.microsoft"})
+    if contrib:
+        raise BuildUsageError(
+            f"--onnx {onnx_path}: ONNX Runtime's own operators (com.microsoft: {', '.join(contrib)}), which "
+            "TensorRT's ONNX parser does not read; they come from ONNX Runtime's transformer optimizer "
+            "(`modelsvc export --optimize`): export the model without --optimize for TensorRT"
+        )
     inputs, _ = onnx_tensors(model)
     if options.min_shapes or options.opt_shapes or options.max_shapes:
         profiles = parse_profiles(options.min_shapes, options.opt_shapes, options.max_shapes)
