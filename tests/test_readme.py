@@ -68,23 +68,25 @@ def test_readme_logicd_example_defines_a_service():
 
 
 def test_readme_gpu_commands(tmp_path):
-    """The GPU block as written: `modelsvc build` refuses without TensorRT, naming the extra and writing nothing;
-    `modelsvc compare` of the ONNX file against the same model served by modelsvc passes."""
-    from services import build
+    """The GPU block as written, in a scratch folder: the export runs; `modelsvc build` refuses without TensorRT,
+    naming the extra and writing nothing; `modelsvc compare` of the ONNX file against the same model served by
+    modelsvc passes."""
+    export_line, build_line, serve_line, compare_line = _blocks("bash")[4].strip().splitlines()
+    venv = str(ROOT / ".venv")
 
-    build.build()
-    build_line, serve_line, compare_line = (line.split() for line in _blocks("bash")[4].strip().splitlines())
-    plans = tmp_path / "plans"
-    build_line[build_line.index("--model-repository") + 1] = str(plans)
-    built = subprocess.run(build_line, capture_output=True, text=True, cwd=ROOT)
+    def run(line: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["bash", "-c", line.replace(".venv", venv)], capture_output=True, text=True, cwd=tmp_path)
+
+    exported = run(export_line)
+    assert exported.returncode == 0, exported.stderr
+    built = run(build_line)
     if importlib.util.find_spec("tensorrt") is None:
         assert built.returncode == 2, built.stderr
         assert "pip install 'modelsvc[tensorrt]'" in built.stderr
-        assert not plans.exists()
-    assert serve_line[:3] == [".venv/bin/modelsvc", "serve", "--model-repository"]
-    with ModelsvcProcess(ROOT / "services" / "doc_classifier" / "model_repository") as proc:
-        compare_line = [word.replace("localhost:8000", proc.url) for word in compare_line]
-        compared = subprocess.run(compare_line, capture_output=True, text=True, cwd=ROOT)
+        assert not (tmp_path / "plans").exists()
+    assert serve_line == ".venv/bin/modelsvc serve --model-repository plans"
+    with ModelsvcProcess(tmp_path / "onnx_models") as proc:
+        compared = run(compare_line.replace("localhost:8000", proc.url))
     assert compared.returncode == 0, compared.stdout + compared.stderr
     assert "sentence_embedding" in compared.stdout
 
