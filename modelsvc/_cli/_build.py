@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ._types import positive, tolerance
+from ._types import positive, tolerance, whole_number
 
 __all__ = ["TOLERANCE_HELP", "add", "run"]
 
@@ -22,10 +22,7 @@ TOLERANCE_HELP = (
 
 
 def _level(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number 0..5, got {text!r}") from None
+    value = whole_number(text, "expected a whole number 0..5")
     if not 0 <= value <= 5:
         raise argparse.ArgumentTypeError(f"must be 0..5, got {value}")
     return value

@@ -226,4 +226,3 @@ def _run(coro: object) -> int:
         runner = asyncio.Runner()
     with runner:
         return int(runner.run(coro))  # type: ignore[arg-type]
-

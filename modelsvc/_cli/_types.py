@@ -18,12 +18,17 @@ def boolean(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
+def whole_number(text: str, expected: str = "expected a whole number") -> int:
+    """``text`` as an int, or the argparse error ``<expected>, got '<text>'``."""
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{expected}, got {text!r}") from None
+
+
 def port_number(text: str) -> int:
     """argparse type for a TCP port (0..65535)."""
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"a port is a number, got {text!r}") from None
+    port = whole_number(text, "a port is a number")
     if not 0 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"port {port} is outside 0..65535")
     return port
@@ -31,30 +36,21 @@ def port_number(text: str) -> int:
 
 def message_size(text: str) -> int:
     """argparse type for a gRPC message size: 1 byte up to grpcio's limit of 2 GiB - 1."""
-    try:
-        size = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"a size in bytes is a number, got {text!r}") from None
+    size = whole_number(text, "a size in bytes is a number")
     if not 1 <= size <= 2**31 - 1:
         raise argparse.ArgumentTypeError(f"{size} is outside 1..{2**31 - 1} bytes")
     return size
 
 
 def positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    value = whole_number(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
 
 
 def non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    value = whole_number(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"cannot be negative, got {value}")
     return value
