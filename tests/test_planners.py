@@ -46,6 +46,7 @@ class Req:
     shape_key: object
     enqueued_ns: int
     deadline_ns: int | None
+    length: int = 0
 
 
 @dataclass
@@ -101,7 +102,11 @@ def simulate(plan_fn: Planner, requests: list[Req]) -> Run:
         assert isinstance(plan, Plan)
         assert 0 <= plan.take <= len(snapshot), (plan, len(snapshot))
         if plan.take:
-            batch = snapshot[: plan.take]
+            positions = plan.positions()
+            assert len(positions) == plan.take == len(set(positions)), plan
+            assert list(positions) == sorted(positions), plan
+            assert positions[-1] < len(snapshot), plan
+            batch = [snapshot[i] for i in positions]
             check_batch(batch, snapshot)
             for req in batch:
                 levels[req.level].remove(req)

@@ -40,6 +40,8 @@ class WorkItem:
     trace: TracedRequest | None = None
     #: the data plane's request, handed to instances that take requests one by one
     request: InferRequest | None = None
+    #: its length along the padded axis (``pad_inputs``); 0 for a model without padding
+    length: int = 0
 
 
 class RequestQueue:
@@ -153,21 +155,41 @@ class RequestQueue:
         """The queued requests in dispatch order: what a planner sees."""
         return itertools.chain.from_iterable(self._queues_in_order())
 
-    def take(self, count: int) -> list[WorkItem]:
-        """Pop the first ``count`` requests; any whose caller already left (not yet withdrawn) is dropped."""
+    def take(self, positions: Sequence[int]) -> list[WorkItem]:
+        """Remove the requests at ``positions`` (ascending) of the dispatch order (``in_order``); any whose caller
+        already left (not yet withdrawn) is dropped from the batch."""
         taken: list[WorkItem] = []
-        popped = 0
+        wanted = iter(positions)
+        next_pos = next(wanted, None)
+        start = 0  # position of the current deque's first request
         for level_queue in self._queues_in_order():
-            while level_queue and popped < count:
-                item = level_queue.popleft()
-                popped += 1
+            if next_pos is None:
+                break
+            size = len(level_queue)
+            if next_pos >= start + size:
+                start += size
+                continue
+            picked: list[WorkItem] = []
+            if next_pos == start:  # a prefix of this deque: pop it
+                while next_pos is not None and next_pos == start + len(picked) and next_pos < start + size:
+                    picked.append(level_queue.popleft())
+                    next_pos = next(wanted, None)
+                start += len(picked)
+                size -= len(picked)
+            rest: list[WorkItem] = []
+            while next_pos is not None and next_pos < start + size:
+                rest.append(level_queue[next_pos - start])
+                next_pos = next(wanted, None)
+            for item in rest:
+                level_queue.remove(item)
+            picked += rest
+            start += size
+            for item in picked:
                 item.queue = None
                 if item.timer is not None:
                     item.timer.cancel()
                     item.timer = None
                 if not item.future.done():
                     taken.append(item)
-            if popped == count:
-                break
-        self.count -= popped
+            self.count -= len(picked)
         return taken

@@ -173,7 +173,7 @@ class Scheduler:
                 if plan.wait_ns is not None:
                     self._arm_delay(plan.wait_ns)
                 break
-            items = self._queue.take(plan.take)
+            items = self._queue.take(plan.positions())
             if items:
                 self._launch(self._free.popleft(), items)
         if self._closing and not self._queue.count and not self._in_flight and self._drained is not None:
