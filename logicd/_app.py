@@ -48,8 +48,9 @@ from modelsvc.client import (
 
 from ._config import ServiceConfig
 from ._docs import docs_handlers, openapi_config
+from ._infer import Padding, infer_chunks
 from ._service import Route, Service
-from .text import Chunker, Chunks, TokenizerPool, batches, load_tokenizer, unbatch
+from .text import Chunker, Chunks, TokenizerPool, load_tokenizer
 
 logger = logging.getLogger("logicd")
 _tracer = trace.get_tracer("logicd")
@@ -105,6 +106,8 @@ class _Runtime:
         self.client: AsyncClient | None = None
         self.engine: Any = None
         self.models: dict[str, AsyncModel] = {}
+        self.padding: dict[str, Padding | None] = {}
+        """Each model's pad_inputs (None: it does not pad), read from its config with its metadata."""
         self.chunker: Chunker | None = None
         self.pool: TokenizerPool | None = None
         self.state: dict[str, Any] = {}
@@ -145,6 +148,7 @@ class _Runtime:
             models = {}
             for ref in self.config.models:
                 models[ref.name] = await self.client.model(ref.name, _version(ref.version))
+                self.padding[ref.name] = Padding.from_config(ref.name, await self._config(ref.name, ref.version))
             # hooks that already succeeded are not run again; the models are published only when all have
             while self._hooks_done < len(self.service.startup):
                 hook = self.service.startup[self._hooks_done]
@@ -156,6 +160,13 @@ class _Runtime:
                 self._hooks_done += 1
             self.models = models
             self._connected = True
+
+    async def _config(self, name: str, version: int | None) -> dict[str, Any] | None:
+        assert self.client is not None
+        try:
+            return await self.client.model_config(name, _version(version))
+        except ModelNotFound:  # servers without the configuration extension (MLServer): a model that does not pad
+            return None
 
     def _is_connected(self) -> bool:
         return self._connected
@@ -269,26 +280,15 @@ class Context:
     async def infer_chunks(
         self, model: str, chunks: Chunks, output: str, *, max_batch_size: int | None = None
     ) -> np.ndarray[Any, Any]:
-        """Run every chunk through ``model`` in as few calls as its max_batch_size allows, concurrently;
-        one row of ``output`` per chunk, in chunk order."""
+        """Run every chunk through ``model``, concurrently; one row of ``output`` per chunk, in chunk order.
+
+        In as few calls as its max_batch_size allows, each padded to its longest chunk; or, when the model's
+        config has ``pad_inputs`` (the server pads), one call per chunk at its own length, at most twice
+        max_batch_size in flight, which the server batches. An output with the token axis then comes back
+        zero-filled past each chunk's length."""
         handle = self.model(model)
-        if len(chunks) == 0:
-            return np.zeros((0,), np.float32)  # nothing to run: no call to the model
-        limit = max_batch_size if max_batch_size is not None else (handle.metadata.max_batch_size or 0)
-        names = handle.inputs
-        groups = batches(chunks, limit)
-
-        async def run(batch: Any) -> np.ndarray[Any, Any]:
-            inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}
-            if "token_type_ids" in names:
-                inputs["token_type_ids"] = batch.token_type_ids
-            # int64 ids unless the model takes int32 (an export for TensorRT, say)
-            inputs = {k: v.astype(np.int32) if names[k] == "INT32" else v for k, v in inputs.items() if k in names}
-            result = await handle.infer(inputs, outputs=[output])
-            return np.asarray(result[output])
-
-        outputs = await asyncio.gather(*(run(b) for b in groups))
-        return unbatch(groups, list(outputs))
+        padding = self._runtime.padding.get(model)
+        return await infer_chunks(handle, chunks, output, max_batch_size=max_batch_size, padding=padding)
 
     @contextlib.asynccontextmanager
     async def stage(self, name: str) -> AsyncIterator[None]:
