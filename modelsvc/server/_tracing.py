@@ -9,8 +9,10 @@ What one traced request records (spans from the request's own trace, in its own 
     ├── queue         INTERNAL  from the enqueue until the batch holding the request starts
     ├── compute       INTERNAL  the execution of that batch; ``modelsvc.batch_size`` (rows), link -> batch span
     └── batch {model} INTERNAL  only under the first traced request of a batch: one per executed batch,
-                                ``modelsvc.batch_size``, ``modelsvc.batch.requests``, links -> every traced
-                                request's server span (the other requests live in their own traces)
+                                ``modelsvc.batch_size``, ``modelsvc.batch.requests``, ``modelsvc.padded_length``
+                                (padding-aware batching only: the length the batch's inputs were padded to),
+                                links -> every traced request's server span (the other requests live in their
+                                own traces)
 
 So each request's trace shows its time in the queue and the batch that executed it (``compute``, with the
 batch's size and a link to the ``batch`` span); the ``batch`` span links back to each request it served.
@@ -52,6 +54,7 @@ ATTR_REQUEST_ID = "modelsvc.request.id"
 ATTR_OUTCOME = "modelsvc.outcome"
 ATTR_BATCH_SIZE = "modelsvc.batch_size"
 ATTR_BATCH_REQUESTS = "modelsvc.batch.requests"
+ATTR_PADDED_LENGTH = "modelsvc.padded_length"
 ATTR_HTTP_STATUS = "http.response.status_code"
 
 
@@ -191,11 +194,15 @@ class RequestTrace:
         self.span.set_attribute(ATTR_VERSION, version)
         self._queue = self._tracer.start_span("queue", self._context)
 
-    def batch_started(self, batch: Sequence[RequestTrace], rows: int) -> BatchTrace:
-        """The batch holding ``batch`` (this request first) starts with ``rows`` rows: the scheduler's hook."""
+    def batch_started(self, batch: Sequence[RequestTrace], rows: int, padded_length: int | None = None) -> BatchTrace:
+        """The batch holding ``batch`` (this request first) starts with ``rows`` rows, its inputs padded to
+        ``padded_length`` (None: the model does not pad): the scheduler's hook."""
         attributes = {ATTR_BATCH_SIZE: rows, ATTR_BATCH_REQUESTS: len(batch)}
         links = [Link(t.span.get_span_context()) for t in batch]
-        batch_span = self._tracer.start_span(f"batch {self.model}", self._context, attributes=attributes, links=links)
+        span_attributes = attributes if padded_length is None else {**attributes, ATTR_PADDED_LENGTH: padded_length}
+        batch_span = self._tracer.start_span(
+            f"batch {self.model}", self._context, attributes=span_attributes, links=links
+        )
         to_batch = [Link(batch_span.get_span_context())]
         computes = []
         for t in batch:
