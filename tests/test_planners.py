@@ -2,15 +2,19 @@
 
 A planner is pure: these tests drive it with a simulated queue and simulated time, no clock, no event loop, no
 server. The queue is kept as the scheduler keeps it (priority level 1 first, arrival order within a level,
-timed-out requests removed at their deadline, the first ``Plan.take`` requests taken as one batch), and every
-run is checked: no batch over max_batch_size, priorities first, FIFO within a priority, every request sent once
-or timed out (none lost, none duplicated), no timed-out request batched, and a queue past every delay always goes.
-A new planner adds its configs to ``PLANNERS_UNDER_TEST``; its own rules get their own tests (as test_planner.py
-has for the dynamic batcher).
+timed-out requests removed at their deadline, the requests a ``Plan`` names taken as one batch), and every
+run is checked: no batch over max_batch_size, the oldest request of the highest waiting priority in every batch,
+every request sent once or timed out (none lost, none duplicated), no timed-out request batched, and a queue
+past every delay always goes. The dynamic batcher also keeps FIFO within a priority (a batch is a prefix of the
+queue); the padding-aware batcher keeps max_batch_tokens (a request over it alone) and never pads beyond the
+largest of pad_buckets, nor shorter than the batch's longest request. A new planner adds its configs to
+``PLANNERS_UNDER_TEST``; its own rules get their own tests (test_planner.py for the dynamic batcher,
+test_padded_planner.py for the padding-aware one).
 """
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 
@@ -18,11 +22,25 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from modelsvc.scheduler import PLANNERS, Plan, Planner
+from modelsvc.scheduler import PLANNERS, PaddedPolicy, Plan, Planner
 
 MAX_BATCH_SIZE = 8
 US = 1_000
 FOREVER_NS = 10**18
+
+MAX_LENGTH = 64
+PADDED = """
+input [ { name: "ids" data_type: TYPE_INT64 dims: [ -1 ] }, { name: "mask" data_type: TYPE_INT64 dims: [ -1 ] } ]
+output [ { name: "hidden" data_type: TYPE_FP32 dims: [ -1, 4 ] }, { name: "pooled" data_type: TYPE_FP32 dims: [ 4 ] } ]
+"""
+
+
+def pad_parameters(buckets: str = "", tokens: int = 0) -> str:
+    params = {"pad_inputs": "ids:0=0,mask:0=0", "pad_outputs": "hidden:0", "pad_buckets": buckets}
+    if tokens:
+        params["max_batch_tokens"] = str(tokens)
+    return "".join(f'\nparameters {{ key: "{k}" value {{ string_value: "{v}" }} }}' for k, v in params.items() if v)
+
 
 #: for each registered planner, model configs that choose it (max_batch_size is MAX_BATCH_SIZE)
 PLANNERS_UNDER_TEST: dict[str, list[str]] = {
@@ -31,6 +49,14 @@ PLANNERS_UNDER_TEST: dict[str, list[str]] = {
         "dynamic_batching { max_queue_delay_microseconds: 500 }",
         "dynamic_batching { preferred_batch_size: [ 2, 4 ] max_queue_delay_microseconds: 300 }",
         "dynamic_batching { preferred_batch_size: [ 3 ] max_queue_delay_microseconds: 2000 priority_levels: 3 }",
+    ],
+    "pad_inputs": [
+        PADDED + "dynamic_batching { }" + pad_parameters(),
+        PADDED + "dynamic_batching { max_queue_delay_microseconds: 500 }" + pad_parameters(buckets="16,32,64"),
+        PADDED + "dynamic_batching { max_queue_delay_microseconds: 300 }" + pad_parameters(tokens=96),
+        PADDED
+        + "dynamic_batching { preferred_batch_size: [ 2, 4 ] max_queue_delay_microseconds: 2000 priority_levels: 3 }"
+        + pad_parameters(buckets="8,64", tokens=128),
     ],
 }
 CASES = [(name, text) for name, texts in PLANNERS_UNDER_TEST.items() for text in texts]
@@ -77,6 +103,7 @@ def workload(seed: int) -> list[Req]:
                 shape_key=rng.choice(["a", "a", "b"]),
                 enqueued_ns=t,
                 deadline_ns=None if timeout is None else t + timeout,
+                length=round(math.exp(rng.uniform(0, math.log(MAX_LENGTH)))),
             )
         )
     return requests
@@ -107,7 +134,7 @@ def simulate(plan_fn: Planner, requests: list[Req]) -> Run:
             assert list(positions) == sorted(positions), plan
             assert positions[-1] < len(snapshot), plan
             batch = [snapshot[i] for i in positions]
-            check_batch(batch, snapshot)
+            check_batch(plan_fn, plan, batch, snapshot)
             for req in batch:
                 levels[req.level].remove(req)
             run.batches.append(batch)
@@ -128,10 +155,21 @@ def simulate(plan_fn: Planner, requests: list[Req]) -> Run:
     pytest.fail("the simulation did not end")
 
 
-def check_batch(batch: list[Req], waiting: list[Req]) -> None:
+def check_batch(planner: Planner, plan: Plan, batch: list[Req], waiting: list[Req]) -> None:
     assert sum(r.batch_size for r in batch) <= MAX_BATCH_SIZE, [r.batch_size for r in batch]
     head = min(waiting, key=lambda r: (r.level, r.enqueued_ns, r.id))
     assert head in batch, "a batch went while the highest-priority, oldest request waited"
+    if isinstance(planner, PaddedPolicy):
+        assert len({r.shape_key for r in batch}) == 1, "requests of other shapes share a padded batch"
+        assert plan.pad_to is not None, plan
+        assert plan.pad_to >= max(r.length for r in batch), "a batch padded shorter than its longest request"
+        if planner.spec.buckets:
+            assert plan.pad_to in planner.spec.buckets, (plan.pad_to, planner.spec.buckets)
+        budget = planner.spec.max_batch_tokens
+        if budget and len(batch) > 1:
+            assert sum(r.batch_size for r in batch) * plan.pad_to <= budget, "a batch over max_batch_tokens"
+        return
+    assert plan.pad_to is None, plan
     left = [r for r in waiting if r not in batch]
     if left:
         last_sent = max((r.level, r.enqueued_ns, r.id) for r in batch)
@@ -153,9 +191,10 @@ def test_planner_keeps_the_invariants(name: str, text: str, seed: int) -> None:
     assert len({r.id for r in sent}) == len(sent), "a request was batched twice"
     assert not {r.id for r in sent} & {r.id for r in run.timed_out}, "a timed-out request was batched"
     assert sorted(r.id for r in sent + run.timed_out) == [r.id for r in requests], "a request was lost"
-    for level in (1, 2, 3):
-        order = [r.enqueued_ns for r in sent if r.level == level]
-        assert order == sorted(order), f"level {level} was not sent in arrival order"
+    if name == "dynamic_batching":
+        for level in (1, 2, 3):
+            order = [r.enqueued_ns for r in sent if r.level == level]
+            assert order == sorted(order), f"level {level} was not sent in arrival order"
     assert simulate(planner(name, text), requests).batches == run.batches, "the same queue gave other batches"
 
 
@@ -166,5 +205,12 @@ def test_planner_of_an_empty_queue_waits_for_arrivals(name: str, text: str) -> N
 
 @pytest.mark.parametrize(("name", "text"), CASES, ids=[f"{n}:{i}" for i, (n, _) in enumerate(CASES)])
 def test_planner_sends_a_lone_request_past_every_delay(name: str, text: str) -> None:
-    req = Req(0, 1, 1, "a", enqueued_ns=0, deadline_ns=None)
+    req = Req(0, 1, 1, "a", enqueued_ns=0, deadline_ns=None, length=5)
     assert planner(name, text).plan(iter([req]), FOREVER_NS).take == 1
+
+
+@pytest.mark.parametrize("text", PLANNERS_UNDER_TEST["pad_inputs"])
+def test_the_padding_planner_batches_requests_of_different_lengths(text: str) -> None:
+    runs = [simulate(planner("pad_inputs", text), workload(seed)) for seed in range(4)]
+    mixed = [b for run in runs for b in run.batches if len({r.length for r in b}) > 1]
+    assert mixed, "no batch held requests of different lengths"

@@ -2,33 +2,53 @@
 
 Forming batches is the extension point. A planner (``Planner``, ``_planner.py``) gets a snapshot of the queue
 in dispatch order (priority level 1 first, each level's delayed requests after it, arrival order within each;
-each request shows ``batch_size``, ``shape_key`` and ``enqueued_ns``) and the time, and returns a ``Plan``:
-send the first ``take`` requests as one batch now, or wait ``wait_ns`` (None: until the next arrival). Its
-settings come from the model config when it is built. A planner is pure: no clock, no event loop, no I/O.
-A new way to form batches (padding-aware batching with a token budget; Triton's ``sequence_batching`` with
-correlation IDs) is a new module with a planner class and its ``from_model_config(config) -> planner | None``,
-plus one line in ``_config.PLANNERS``, where the first planner that accepts a config wins (a planner keyed on
-a padding parameter goes before ``dynamic_batching``). ``BatchPolicy`` (``_dynamic.py``, the dynamic batcher)
-is the first. Each planner must pass ``tests/test_planners.py`` (add it to its ``PLANNERS_UNDER_TEST``):
-never over max_batch_size, priorities first, FIFO within a priority, no request lost or duplicated, no
-timed-out request batched, a queue past every delay always goes; plus tests of its own rules, as
-``tests/test_planner.py`` has for the dynamic batcher.
-"""
+each request shows ``batch_size``, ``shape_key``, ``enqueued_ns``, ``level`` and ``length``, its length along
+the padded axis, 0 without padding) and the time, and returns a ``Plan``: send the first ``take`` requests as
+one batch now, or the requests at the positions ``pick`` of the snapshot (``Plan.of(positions, pad_to)``),
+padded to ``pad_to`` when the plan names a padded length; or wait ``wait_ns`` (None: until the next arrival).
+Its settings come from the model config when it is built. A planner is pure: no clock, no event loop, no I/O.
+A new way to form batches (Triton's ``sequence_batching`` with correlation IDs) is a new module with a planner
+class and its ``from_model_config(config) -> planner | None``, plus one line in ``_config.PLANNERS``, where the
+first planner that accepts a config wins. The planners so far:
 
+1. ``PaddedPolicy`` (``_padded.py``, keyed ``pad_inputs``, before ``dynamic_batching``): padding-aware
+   batching. Its settings (``PadSpec``, ``_padding.py``: ``pad_inputs``, ``pad_outputs``, ``pad_buckets``,
+   ``max_batch_tokens`` in the config's ``parameters``) also reach the queue (``SchedulerConfig.padding``),
+   which reads each request's length at arrival (a 400 for a bad one), and the instance threads
+   (``_instances.Padding``), which pad each request's inputs to the batch's length and cut its padded outputs
+   back to its own. The scheduler records each padded batch's tokens (``ModelStats.record_padding``:
+   ``tokens_computed``, ``tokens_useful``, ``batch_fill``) and passes ``padded_length`` to the trace's
+   ``batch_started``.
+2. ``BatchPolicy`` (``_dynamic.py``, keyed ``dynamic_batching``): Triton's dynamic batcher, prefix plans.
+
+Each planner must pass ``tests/test_planners.py`` (add it to its ``PLANNERS_UNDER_TEST``): never over
+max_batch_size, the oldest request of the highest priority in every batch, no request lost or duplicated, no
+timed-out request batched, a queue past every delay always goes, plus the invariants of its kind there (FIFO
+within a priority for prefix planners; the token budget and the buckets for the padding planner); plus tests of
+its own rules, as ``tests/test_planner.py`` has for the dynamic batcher and ``tests/test_padded_planner.py``
+for the padding-aware one.
+"""
 from ._config import PLANNERS, QueuePolicy, SchedulerConfig, TimeoutAction, planner_for
 from ._dynamic import BatchPolicy, plan_batch
+from ._padded import PaddedPolicy
+from ._padding import PadInput, PadSpec
 from ._planner import Plan, Planner, Queued
 from ._queue import WorkItem
 from ._scheduler import Scheduler
-from ._stats import BatchStat, Duration, ModelStats
+from ._stats import BATCH_FILL_BUCKETS, BatchStat, Duration, FillHistogram, ModelStats
 from ._tracing import TracedBatch, TracedRequest
 
 __all__ = [
+    "BATCH_FILL_BUCKETS",
     "PLANNERS",
     "BatchPolicy",
     "BatchStat",
     "Duration",
+    "FillHistogram",
     "ModelStats",
+    "PadInput",
+    "PadSpec",
+    "PaddedPolicy",
     "Plan",
     "Planner",
     "QueuePolicy",

@@ -13,6 +13,8 @@ from typing import Any
 
 from ..backends import ModelConfig
 from ._dynamic import BatchPolicy
+from ._padded import PaddedPolicy
+from ._padding import PadSpec
 from ._planner import Planner
 
 
@@ -42,6 +44,7 @@ class QueuePolicy:
 
 #: The ways to form batches, most specific first: each returns its planner for a config it applies to, else None.
 PLANNERS: dict[str, Callable[[ModelConfig], Planner | None]] = {
+    "pad_inputs": PaddedPolicy.from_model_config,
     "dynamic_batching": BatchPolicy.from_model_config,
 }
 
@@ -68,6 +71,8 @@ class SchedulerConfig:
     default_priority: int = 1
     policies: tuple[QueuePolicy, ...] = (QueuePolicy(),)
     """One per priority level, index 0 = level 1."""
+    padding: PadSpec | None = None
+    """Padding-aware batching (``pad_inputs``): each request's length is read at arrival, batches are padded."""
 
     @classmethod
     def from_model_config(cls, config: ModelConfig) -> SchedulerConfig:
@@ -95,6 +100,7 @@ class SchedulerConfig:
             priority_levels=levels,
             default_priority=default_level,
             policies=tuple(policies),
+            padding=planner.spec if isinstance(planner, PaddedPolicy) else None,
         )
 
 

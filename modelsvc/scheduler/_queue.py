@@ -78,11 +78,17 @@ class RequestQueue:
         level = priority if 1 <= priority <= cfg.priority_levels else cfg.default_priority
         policy = cfg.policies[level - 1]
         queue = self.levels[level - 1]
+        length = 0
+        if cfg.padding is not None:
+            length = cfg.padding.length_of(inputs)  # a request the padding refuses is a 400, never queued
         if policy.max_queue_size and len(queue) + len(self.delayed[level - 1]) >= policy.max_queue_size:
             raise Unavailable(f"Exceeds maximum queue size of {policy.max_queue_size} for model '{self._label}'")
         shape_key: Hashable = None
         if cfg.batching:
-            if len(inputs) == 1:
+            if cfg.padding is not None:
+                batch_size = next(iter(inputs.values())).shape[0]
+                shape_key = cfg.padding.shape_key(inputs)
+            elif len(inputs) == 1:
                 ((name, array),) = inputs.items()
                 batch_size = array.shape[0]
                 if cfg.dynamic:
@@ -105,6 +111,7 @@ class RequestQueue:
             on_start=on_start,
             trace=trace,
             request=request,
+            length=length,
         )
         timeout_ns = policy.default_timeout_ns if timeout_us is None else policy.timeout_ns(timeout_us)
         if timeout_ns:

@@ -19,7 +19,7 @@ from time import perf_counter_ns
 from ..backends import BatchRequest, ModelInstance
 from ..protocol import InferRequest, InternalError, ModelsvcError, Unavailable
 from ._config import SchedulerConfig
-from ._instances import Arrays, InstanceThread, Result
+from ._instances import Arrays, InstanceThread, Padding, Result
 from ._planner import Plan
 from ._queue import RequestQueue, WorkItem
 from ._stats import ModelStats
@@ -175,7 +175,7 @@ class Scheduler:
                 break
             items = self._queue.take(plan.positions())
             if items:
-                self._launch(self._free.popleft(), items)
+                self._launch(self._free.popleft(), items, plan.pad_to)
         if self._closing and not self._queue.count and not self._in_flight and self._drained is not None:
             self._drained.set()
 
@@ -194,10 +194,12 @@ class Scheduler:
         self._delay_timer = None
         self._pump()
 
-    def _launch(self, worker: InstanceThread, items: list[WorkItem]) -> None:
+    def _launch(self, worker: InstanceThread, items: list[WorkItem], pad_to: int | None = None) -> None:
         start_ns = perf_counter_ns()
         seq = next(self._dispatch_seq)
         rows = sum(i.batch_size for i in items)
+        spec = self.config.padding
+        padding = None if pad_to is None or spec is None else Padding(spec, pad_to, tuple(i.length for i in items))
         traced: list[TracedRequest] | None = None
         for item in items:
             if item.on_start is not None:
@@ -210,22 +212,24 @@ class Scheduler:
                     traced = [item.trace]
                 else:
                     traced.append(item.trace)
-        batch_trace = None if traced is None else self._trace_started(traced, rows)
+        batch_trace = None if traced is None else self._trace_started(traced, rows, padding)
         self._in_flight += 1
 
         def done(result: Result | None, exc: BaseException | None) -> None:
-            self._finished(result, exc, worker, items, rows, seq, start_ns)
+            self._finished(result, exc, worker, items, rows, seq, start_ns, padding)
             if batch_trace is not None:
                 self._trace_finished(batch_trace, result, exc)
 
         if worker.per_request is not None:
-            worker.submit([BatchRequest(i.inputs, i.outputs, i.request) for i in items], None, done)
+            worker.submit([BatchRequest(i.inputs, i.outputs, i.request) for i in items], None, done, padding)
         else:
             names = tuple(dict.fromkeys(itertools.chain.from_iterable(i.outputs for i in items)))
-            worker.submit([i.inputs for i in items], names, done)
+            worker.submit([i.inputs for i in items], names, done, padding)
 
-    def _trace_started(self, traced: list[TracedRequest], rows: int) -> TracedBatch | None:
+    def _trace_started(self, traced: list[TracedRequest], rows: int, padding: Padding | None) -> TracedBatch | None:
         try:
+            if padding is not None:
+                return traced[0].batch_started(traced, rows, padded_length=padding.pad_to)
             return traced[0].batch_started(traced, rows)
         except Exception:  # tracing must not lose the batch
             logger.exception("tracing a batch of %s failed", self._label)
@@ -246,6 +250,7 @@ class Scheduler:
         rows: int,
         seq: int,
         start_ns: int,
+        padding: Padding | None = None,
     ) -> None:
         """On the loop, once a batch is done: resolve its requests, then start the next batch."""
         self._in_flight -= 1
@@ -265,6 +270,9 @@ class Scheduler:
             assert result is not None
             parts, in_ns, infer_ns, out_ns = result
             self.stats.record_execution(rows, in_ns, infer_ns, out_ns)
+            if padding is not None:
+                useful = sum(i.batch_size * i.length for i in items)
+                self.stats.record_padding(rows * padding.pad_to, useful)
 
             waited = start_ns * len(items) - sum(item.enqueued_ns for item in items)
             self.stats.record_requests(len(items), waited, in_ns, infer_ns, out_ns)

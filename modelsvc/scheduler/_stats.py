@@ -1,5 +1,11 @@
 """Per model-version statistics, in the shape of Triton's statistics extension.
 
+Padding-aware batching (``pad_inputs``) adds, outside Triton's shape (``as_json`` leaves them out), per padded
+batch: ``ModelStats.record_padding(computed, useful)`` adds to the counters ``tokens_computed`` (rows x padded
+length) and ``tokens_useful`` (each request's rows x its own length) and observes the batch's fill (useful /
+computed) in ``batch_fill``, a ``FillHistogram`` with upper bounds ``BATCH_FILL_BUCKETS`` (0.1 .. 1.0):
+``counts[i]`` batches had a fill <= ``bounds[i]`` and above the bound before it, ``sum`` is their fills' sum.
+
 Updated only from the event loop thread, so plain integers suffice; the metrics endpoint and
 ``GET .../stats`` read them when asked, which keeps the hot path free of locks.
 """
@@ -31,6 +37,29 @@ class BatchStat:
     compute_output: Duration = field(default_factory=Duration)
 
 
+#: the upper bounds of the batch fill histogram (useful / computed tokens of a padded batch)
+BATCH_FILL_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+
+
+@dataclass(slots=True)
+class FillHistogram:
+    """Padded batches by their fill: ``counts[i]`` lie in (``bounds[i - 1]``, ``bounds[i]``] (not cumulative)."""
+
+    bounds: tuple[float, ...] = BATCH_FILL_BUCKETS
+    counts: list[int] = field(default_factory=lambda: [0] * len(BATCH_FILL_BUCKETS))
+    count: int = 0
+    sum: float = 0.0
+
+    def observe(self, fill: float) -> None:
+        self.count += 1
+        self.sum += fill
+        for i, bound in enumerate(self.bounds):
+            if fill <= bound:
+                self.counts[i] += 1
+                return
+        self.counts[-1] += 1  # never above 1.0: a batch computes at least its useful tokens
+
+
 @dataclass(slots=True)
 class ModelStats:
     name: str
@@ -49,6 +78,12 @@ class ModelStats:
     """Requests answered from the response cache, and the time spent finding and copying their answers."""
     cache_miss: Duration = field(default_factory=Duration)
     """Requests looked up in vain, and the time spent looking and then storing the computed answer."""
+    tokens_computed: int = 0
+    """Padded batches: rows x padded length, summed (``record_padding``)."""
+    tokens_useful: int = 0
+    """Padded batches: each request's rows x its own length, summed."""
+    batch_fill: FillHistogram = field(default_factory=FillHistogram)
+    """Padded batches by their fill, useful / computed tokens."""
 
     def record_execution(self, batch_size: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
         """One batch ran: ``batch_size`` inferences in one execution."""
@@ -61,6 +96,12 @@ class ModelStats:
         stat.compute_input.add(input_ns)
         stat.compute_infer.add(infer_ns)
         stat.compute_output.add(output_ns)
+
+    def record_padding(self, computed: int, useful: int) -> None:
+        """One padded batch ran: ``computed`` tokens (rows x padded length), ``useful`` of them the requests' own."""
+        self.tokens_computed += computed
+        self.tokens_useful += useful
+        self.batch_fill.observe(useful / computed if computed else 1.0)
 
     def record_requests(self, count: int, queue_ns: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
         """``count`` requests of one batch: their summed waits, and each the batch's compute times

@@ -20,6 +20,8 @@ class TracedBatch(Protocol):
 class TracedRequest(Protocol):
     """What a traced request carries into the queue (``Scheduler.infer(trace=...)``); untraced ones carry None."""
 
-    def batch_started(self, batch: Sequence[Any], rows: int) -> TracedBatch:
+    def batch_started(self, batch: Sequence[Any], rows: int, padded_length: int | None = None) -> TracedBatch:
         """On the loop, called on the first traced request of a batch that starts, with all its traced
-        requests (``TracedRequest`` objects, in batch order) and the batch's rows."""
+        requests (``TracedRequest`` objects, in batch order) and the batch's rows. ``padded_length``: the length
+        a padded batch (padding-aware batching, ``pad_inputs``) is padded to, passed only for padded batches
+        (the span's ``modelsvc.padded_length``)."""
