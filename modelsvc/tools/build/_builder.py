@@ -237,10 +237,13 @@ def build_serialized(
         config.builder_optimization_level = settings.optimization_level
     config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED
 
-    cache = config.create_timing_cache(settings.timing_cache)
-    loaded = bool(settings.timing_cache) and bool(config.set_timing_cache(cache, False))
-    if settings.timing_cache and not loaded:
-        log("the timing cache was made by another TensorRT or GPU; starting a new one")
+    # a timing cache is always attached (an empty one when none is given or the given one is refused): without
+    # one, get_timing_cache() returns None after the build and there is nothing to save for the next build
+    cache = config.create_timing_cache(settings.timing_cache) if settings.timing_cache else None
+    loaded = cache is not None and bool(config.set_timing_cache(cache, False))
+    if not loaded:
+        if settings.timing_cache:
+            log("the timing cache was made by another TensorRT or GPU; starting a new one")
         cache = config.create_timing_cache(b"")
         config.set_timing_cache(cache, False)
 
