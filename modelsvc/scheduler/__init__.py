@@ -28,6 +28,7 @@ within a priority for prefix planners; the token budget and the buckets for the 
 its own rules, as ``tests/test_planner.py`` has for the dynamic batcher and ``tests/test_padded_planner.py``
 for the padding-aware one.
 """
+
 from ._config import PLANNERS, QueuePolicy, SchedulerConfig, TimeoutAction, planner_for
 from ._dynamic import BatchPolicy, plan_batch
 from ._padded import PaddedPolicy

@@ -3,7 +3,9 @@
 Each request waits in the queue of its priority level. Timeouts are timers set per request, so a request is
 rejected (or delayed) at its deadline, not when the scheduler next looks. A request whose caller went away
 leaves the queue at once and never runs. Whenever the head of the queue may have changed, the queue calls the
-scheduler back (``changed``) so that it plans again.
+scheduler back (``changed``) so that it plans again. With padding-aware batching each request's length along
+the padded axis is read when it arrives (``WorkItem.length``; a request the padding refuses is a 400 and never
+queues), and its shape key leaves that axis out. ``take`` removes any positions of the dispatch order.
 """
 
 from __future__ import annotations

@@ -5,6 +5,12 @@ scheduler asks its planner (``SchedulerConfig.batch``) what to send from the que
 batches to free instances in the same loop iteration. Each instance runs its batches on its own thread
 (``_instances``; ONNX Runtime releases the GIL, so instances run in parallel), and the results come back to
 the loop, in dispatch order when the model asks to preserve ordering.
+
+Padding-aware batching (``SchedulerConfig.padding``): a plan's ``pad_to`` travels to the instance thread as
+``_instances.Padding`` (the batch's padded length and its requests' own lengths). For each padded batch that
+ran, the scheduler calls ``ModelStats.record_padding(rows x pad_to, sum of each request's rows x length)`` and,
+when the batch is traced, ``batch_started(traced, rows, padded_length=pad_to)`` (unpadded batches call
+``batch_started(traced, rows)`` as before).
 """
 
 from __future__ import annotations
