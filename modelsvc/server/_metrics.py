@@ -4,6 +4,11 @@ Triton's counters carry bare names (``nv_inference_request_success``, not ``..._
 dashboards and autoscaling queries teams already run use them. prometheus-client's exposition adds
 ``_total`` to every counter, so the nv_* families are written here from prometheus-client's
 metric families, while the process collectors go through prometheus-client unchanged.
+
+Beside Triton's, under ``modelsvc_`` names: the execution provider each model version really runs on, and for
+model versions with padding-aware batching (``pad_inputs`` in their config's parameters) what padding costs:
+``modelsvc_batch_tokens_computed`` (rows x padded length, summed over batches), ``modelsvc_batch_tokens_useful``
+(the requests' own rows x length) and the histogram ``modelsvc_batch_fill`` (useful / computed of each batch).
 """
 
 from __future__ import annotations
@@ -96,7 +101,58 @@ def model_families(models: ModelManager) -> list[Metric]:
         for provider in mv.providers:
             providers.add_sample(providers.name, {**labels, "provider": provider}, 1.0)
     cache = models.cache
-    return [*families, pending, providers, *([] if cache is None else cache_families(cache, loaded))]
+    return [
+        *families,
+        pending,
+        providers,
+        *padding_families(loaded),
+        *([] if cache is None else cache_families(cache, loaded)),
+    ]
+
+
+#: padding-aware batching's counters per model version (modelsvc's own: Triton has no such batcher)
+_PADDING_COUNTERS: tuple[tuple[str, str, Callable[[ModelVersion], float]], ...] = (
+    (
+        "modelsvc_batch_tokens_computed",
+        "Tokens computed by padded batches: rows x padded length, summed over batches",
+        lambda mv: mv.stats.tokens_computed,
+    ),
+    (
+        "modelsvc_batch_tokens_useful",
+        "Tokens of the requests themselves in padded batches: each request's rows x its own length, summed",
+        lambda mv: mv.stats.tokens_useful,
+    ),
+)
+
+
+def padding_families(loaded: list[ModelVersion]) -> list[Metric]:
+    """The padding families for the model versions that pad their inputs (``pad_inputs``); none without any."""
+    padded = [mv for mv in loaded if "pad_inputs" in mv.config.parameters]
+    if not padded:
+        return []
+    families = []
+    for name, doc, read in _PADDING_COUNTERS:
+        family = Metric(name, doc, "counter")
+        for mv in padded:
+            family.add_sample(name, {"model": mv.name, "version": str(mv.version)}, float(read(mv)))
+        families.append(family)
+    fill = Metric(
+        "modelsvc_batch_fill",
+        "Fill of each padded batch: useful tokens / computed tokens (1 = no padding)",
+        "histogram",
+    )
+    for mv in padded:
+        labels = {"model": mv.name, "version": str(mv.version)}
+        histogram = mv.stats.batch_fill
+        below = 0
+        for bound, count in zip(histogram.bounds, histogram.counts, strict=True):
+            below += count
+            le = floatToGoString(bound)  # type: ignore[no-untyped-call]
+            fill.add_sample(f"{fill.name}_bucket", {**labels, "le": le}, float(below))
+        fill.add_sample(f"{fill.name}_bucket", {**labels, "le": "+Inf"}, float(histogram.count))
+        fill.add_sample(f"{fill.name}_count", labels, float(histogram.count))
+        fill.add_sample(f"{fill.name}_sum", labels, histogram.sum)
+    return [*families, fill]
 
 
 #: the response cache's counters per model version, Triton's names (durations in microseconds)
