@@ -12,6 +12,8 @@ import numpy as np
 import openai
 import pytest
 
+from logicd.text import Chunker, load_tokenizer
+
 pytestmark = pytest.mark.integration
 
 SERVICE = "embedder"  # the `pair` fixture in services/conftest.py starts this service
@@ -50,3 +52,16 @@ def test_concurrent_callers_each_get_their_own_vectors(pair):
     with ThreadPoolExecutor(8) as pool:
         diffs = list(pool.map(one, items * 3))
     assert max(diffs) < 1e-4
+
+
+def test_a_long_texts_windows_go_to_the_padding_model_one_request_each(pair):
+    """The model's config has pad_inputs: logicd sends each 256-token window as its own request, at its own
+    length, and modelsvc batches them; the vector is the same."""
+    item = REFERENCE["long"][-1]
+    windows = len(Chunker(load_tokenizer(HERE.parent / "tokenizer"), max_tokens=256).chunk([item["text"]]))
+    assert windows > 1
+    before = pair.model.model_stats("minilm")["inference_stats"]["success"]["count"]
+    r = httpx.post(f"{pair.base}/v1/embeddings", json={"input": item["text"]}, timeout=60)
+    assert r.status_code == 200, r.text
+    assert np.abs(np.array(r.json()["data"][0]["embedding"]) - np.array(item["embedding"])).max() < 1e-4
+    assert pair.model.model_stats("minilm")["inference_stats"]["success"]["count"] - before == windows
