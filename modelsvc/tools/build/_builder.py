@@ -13,6 +13,7 @@ ones it produces come back as bytes, written by the caller once the plan has pas
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -199,6 +200,36 @@ def _calibrator(trt: Any, settings: BuilderSettings, written: list[bytes]) -> An
     return _Calibrator()
 
 
+def _calibration_in_network_types(
+    trt: Any, network: Any, batches: Sequence[Mapping[str, np.ndarray[Any, Any]]]
+) -> list[dict[str, np.ndarray[Any, Any]]]:
+    """The calibration batches as contiguous arrays of each network input's datatype: TensorRT reads the device
+    buffers get_batch hands it as that type, so an int32 array for an INT64 input would be read past its end.
+    Only the width may differ (int32 for INT64, float64 for FLOAT); another kind is a BuildUsageError."""
+    wanted: dict[str, np.dtype[Any]] = {}
+    for index in range(network.num_inputs):
+        tensor = network.get_input(index)
+        try:
+            wanted[tensor.name] = np.dtype(trt.nptype(tensor.dtype))
+        except TypeError:  # no numpy type (BF16, FP8, INT4): the array is taken as it is
+            continue
+    cast = []
+    for batch in batches:
+        arrays = {}
+        for name, array in batch.items():
+            want = wanted.get(name)
+            have = np.asarray(array).dtype
+            if want is not None and have != want:
+                ints = "iu"
+                if not (have.kind == want.kind or (have.kind in ints and want.kind in ints)):
+                    raise BuildUsageError(
+                        f"--int8 calibration: input '{name}' is {have} in the calibration data, the network's is {want}"
+                    )
+            arrays[name] = np.ascontiguousarray(array, dtype=want)
+        cast.append(arrays)
+    return cast
+
+
 def _calibration_profile(builder: Any, settings: BuilderSettings, profiles: Sequence[Profile]) -> Any:
     profile = builder.create_optimization_profile()
     if settings.calibration_batches:
@@ -250,6 +281,9 @@ def build_serialized(
     calibration_written: list[bytes] = []
     calibrator = None
     if settings.precision == "int8":
+        if settings.calibration_batches:
+            batches = _calibration_in_network_types(trt, network, settings.calibration_batches)
+            settings = dataclasses.replace(settings, calibration_batches=batches)
         calibrator = _calibrator(trt, settings, calibration_written)
         config.int8_calibrator = calibrator
         config.set_calibration_profile(_calibration_profile(builder, settings, profiles))
