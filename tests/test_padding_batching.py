@@ -25,13 +25,16 @@ import onnx
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from google.protobuf import text_format
 from onnx import TensorProto, helper, numpy_helper
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from tritonclient.utils import InferenceServerException
 
+from modelsvc.backends import ModelConfig
+from modelsvc.scheduler._padding import PadSpec
 from modelsvc.server._tracing import TraceSettings, start_tracing
 from modelsvc.tools import onnx_models as om
-from tests._server import ModelsvcProcess
+from tests._server import ROOT, ModelsvcProcess
 from tests.conftest import infer_input
 from tests.test_tracing_server import OtlpReceiver, attrs
 
@@ -487,6 +490,7 @@ BAD_CONFIGS: dict[str, tuple[str, tuple[str, ...]]] = {
         ("max_batch_tokens",),
     ),
     "no_dynamic_batching": (MASKED_PAD, ("pad_inputs", "dynamic_batching")),
+    "buckets_without_pad_inputs": (held(4) + parameters(pad_buckets="8,16"), ("pad_buckets", "pad_inputs")),
     "unlisted_variable_output": (
         held(4) + parameters(pad_inputs="input_ids:0=0,attention_mask:0=0"),
         ("pad_outputs", "last_hidden_state"),
@@ -576,3 +580,25 @@ def test_the_batch_span_carries_the_padded_length_only_when_padded() -> None:
     batches = [s.attributes for s in exporter.get_finished_spans() if s.name == "batch enc"]
     assert [None if a is None else a.get("modelsvc.padded_length") for a in batches] == [32, None]
     assert all(a is not None and a["modelsvc.batch_size"] == 3 for a in batches)
+
+
+def test_the_readme_example_is_a_padding_config_for_minilm() -> None:
+    """The README's BERT-style example parses, names the exported MiniLM's tensors, and reads as documented."""
+    (block,) = re.findall(r"```protobuf\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.DOTALL)
+    config = text_format.Parse('name: "minilm"\nbackend: "onnxruntime"\n' + block, ModelConfig())
+    assert [i.name for i in config.input] + [o.name for o in config.output] == [
+        "input_ids",
+        "attention_mask",
+        "token_type_ids",
+        "last_hidden_state",
+        "sentence_embedding",
+    ]
+    spec = PadSpec.from_model_config(config)
+    assert spec is not None
+    assert [(i.name, i.axis, i.value) for i in spec.inputs] == [
+        ("input_ids", 1, 0),
+        ("attention_mask", 1, 0),
+        ("token_type_ids", 1, 0),
+    ]
+    assert dict(spec.outputs) == {"last_hidden_state": 1}
+    assert (spec.buckets, spec.max_batch_tokens) == ((32, 64, 128, 256, 512), 16384)
