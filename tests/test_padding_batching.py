@@ -485,6 +485,10 @@ BAD_CONFIGS: dict[str, tuple[str, tuple[str, ...]]] = {
         held(4) + MASKED_PAD + parameters(pad_buckets="32,16"),
         ("pad_buckets",),
     ),
+    "buckets_not_positive_integers": (
+        held(4) + MASKED_PAD + parameters(pad_buckets="0,16,thirty-two"),
+        ("pad_buckets",),
+    ),
     "budget_below_a_row": (
         held(4) + MASKED_PAD + parameters(pad_buckets="8,16,32,64", max_batch_tokens="32"),
         ("max_batch_tokens",),
