@@ -103,6 +103,7 @@ class Row:
             "avg_batch": finite(self.median(lambda m: m.avg_batch)),
             "computed_per_useful": finite(self.median(self.computed_per_useful)),
             "server_cpu_pct": finite(self.median(lambda m: m.server_cpu_pct)),
+            "per_server_cpu_s": finite(self.median(per_cpu_s)),
             "client_cpu_pct": finite(self.median(lambda m: m.client_cpu_pct)),
             "answers": sum(m.checked for m in self.runs),
             "server_answers": self.server_answers,
@@ -112,22 +113,27 @@ class Row:
         }  # fmt: skip
 
 
+def per_cpu_s(m: Measured) -> float:
+    """Requests per CPU second of the server: on a shared machine, what the server's share of the cores gave."""
+    return m.per_s / (m.server_cpu_pct / 100.0) if m.server_cpu_pct > 0 else math.nan
+
+
 def _cell(value: float | None, fmt: str) -> str:
     return "-" if value is None or not math.isfinite(value) else format(value, fmt)
 
 
 def table(rows: Sequence[Row]) -> str:
     head = ("| model | way | req/s (median) | req/s per round | p50 ms | p99 ms | avg batch | computed/useful "
-            "| server CPU % | client CPU % | answers checked | wrong or failed |")  # fmt: skip
-    lines = [head, "|" + "---|" * 2 + "---:|" * 10]
+            "| server CPU % | req per server CPU s | client CPU % | answers checked | wrong or failed |")  # fmt: skip
+    lines = [head, "|" + "---|" * 2 + "---:|" * 11]
     for row in rows:
         d = row.as_dict()
         rounds = ", ".join(f"{v:.1f}" for v in d["per_s_rounds"])
         cells = [
             row.model, row.label, _cell(d["per_s"], ".1f"), rounds, _cell(d["p50_ms"], ".1f"),
             _cell(d["p99_ms"], ".1f"), _cell(d["avg_batch"], ".2f"), _cell(d["computed_per_useful"], ".2f"),
-            _cell(d["server_cpu_pct"], ".0f"), _cell(d["client_cpu_pct"], ".0f"), str(d["answers"]),
-            str(d["wrong"] + d["errors"]),
+            _cell(d["server_cpu_pct"], ".0f"), _cell(d["per_server_cpu_s"], ".1f"), _cell(d["client_cpu_pct"], ".0f"),
+            str(d["answers"]), str(d["wrong"] + d["errors"]),
         ]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -155,6 +161,8 @@ def targets(rows: Sequence[Row]) -> list[str]:
         ra, rb = medians(ca), medians(cb)
         out.append(f"{model}: (c)/(a) = {ra:.2f}, (c)/(b) = {rb:.2f} ({spread})")
         if model == "minilm":
+            by_cpu = [medians(_ratio_rounds(c, other, per_cpu_s)) for other in (a, b)]
+            out.append(f"  per server CPU second: (c)/(a) = {by_cpu[0]:.2f}, (c)/(b) = {by_cpu[1]:.2f}")
             batch = c.median(lambda m: m.avg_batch)
             fill = c.median(c.computed_per_useful)
             out += [
