@@ -187,8 +187,9 @@ def policy(
     tokens: int = 0,
     delay_ns: int = 0,
     preferred: tuple[int, ...] = (),
+    call_cost: int = 96,
 ) -> PaddedPolicy:
-    spec = PadSpec((PadInput("input_ids", 1, np.int64(0)),), {}, buckets, tokens)
+    spec = PadSpec((PadInput("input_ids", 1, np.int64(0)),), {}, buckets, tokens, call_cost)
     return PaddedPolicy(max_batch_size, spec, preferred, delay_ns)
 
 
@@ -198,11 +199,42 @@ def test_requests_of_similar_length_are_grouped_and_padded_to_the_longest() -> N
     assert policy().plan([Req(100), Req(95)], 0) == Plan.of([0, 1], pad_to=100)
 
 
-def test_the_fill_floor_keeps_far_lengths_apart_but_buckets_may_raise_the_fill() -> None:
-    assert policy().plan([Req(100), Req(20)], 0) == Plan.of([0], pad_to=100)  # fill 0.6 < 0.75
-    assert policy().plan([Req(100), Req(60)], 0) == Plan.of([0, 1], pad_to=100)  # fill 0.8
-    # a bucket pads the anchor alone to 16 (fill 0.625); a 14 raises the fill, a 2 would lower it below 0.75
-    assert policy(buckets=(16, 32)).plan([Req(10), Req(2), Req(14)], 0) == Plan.of([0, 2], pad_to=16)
+def test_a_request_joins_when_its_padding_costs_less_than_the_call_it_would_need() -> None:
+    # 100 and 20: together 200 tokens + 1 call, apart 120 + 2 calls: together when a call costs 80 or more
+    assert policy(call_cost=96).plan([Req(100), Req(20)], 0) == Plan.of([0, 1], pad_to=100)
+    assert policy(call_cost=80).plan([Req(100), Req(20)], 0) == Plan.of([0, 1], pad_to=100)  # a tie: together
+    assert policy(call_cost=79).plan([Req(100), Req(20)], 0) == Plan.of([0], pad_to=100)
+    assert policy(call_cost=0).plan([Req(100), Req(99)], 0) == Plan.of([0], pad_to=100)  # free calls: no padding,
+    assert policy(call_cost=0).plan([Req(100), Req(100)], 0) == Plan.of([0, 1], pad_to=100)  # but equal ones share
+
+
+def test_the_queue_is_split_where_padding_would_cost_most() -> None:
+    """The cheapest split of 10, 12, 14 | 90, 100 (call 50): 3 x 14 + 2 x 100 + 2 calls = 342; all in one
+    batch 500 + 50; each apart 326 + 250. The anchor's group goes, and at once: the split left requests out."""
+    q = [Req(100), Req(10), Req(90), Req(14), Req(12)]
+    assert policy(call_cost=50, delay_ns=100 * MS).plan(q, 0) == Plan.of([0, 2], pad_to=100)
+    short_first = [Req(12), Req(10), Req(90), Req(14), Req(100)]
+    assert policy(call_cost=50, delay_ns=100 * MS).plan(short_first, 0) == Plan.of([0, 1, 3], pad_to=14)
+    # a call as dear as 500 padded tokens: one batch of all five
+    assert policy(call_cost=500).plan(q, 0) == Plan.of([0, 2, 3, 4, 1], pad_to=100)
+
+
+def test_the_default_call_cost_is_read_and_a_bad_one_fails_the_load_naming_the_key() -> None:
+    base = {"pad_inputs": "input_ids:0", "pad_outputs": "last_hidden_state:0"}
+    spec = PadSpec.from_model_config(config(base))
+    assert spec is not None
+    assert spec.call_cost_tokens == 96
+    spec = PadSpec.from_model_config(config({**base, "pad_call_cost_tokens": "500"}))
+    assert spec is not None
+    assert spec.call_cost_tokens == 500
+    for bad in ("-1", "1.5", "five"):
+        with pytest.raises(ModelLoadError, match=f"pad_call_cost_tokens.*'{bad}'"):
+            PadSpec.from_model_config(config({**base, "pad_call_cost_tokens": bad}))
+
+
+def test_buckets_count_in_the_cost() -> None:
+    # the anchor pads to 16 anyway: a 14 joins at no cost; a 2 alone pads to 4, with them to 16 (12 more)
+    assert policy(buckets=(4, 16, 32), call_cost=0).plan([Req(10), Req(2), Req(14)], 0) == Plan.of([0, 2], pad_to=16)
 
 
 def test_the_batch_goes_at_once_when_the_token_budget_is_reached() -> None:
@@ -218,8 +250,11 @@ def test_a_request_at_or_over_the_token_budget_runs_alone() -> None:
 def test_the_oldest_request_goes_in_the_next_batch_whatever_its_length() -> None:
     """The age bound: the head of the queue is never passed over for requests that batch better."""
     q = [Req(200, enqueued_ns=0)] + [Req(8, enqueued_ns=MS) for _ in range(7)]
-    assert policy(delay_ns=5 * MS).plan(q, 2 * MS) == Plan(0, 3 * MS)  # waiting for similar lengths
-    assert policy(delay_ns=5 * MS).plan(q, 5 * MS) == Plan.of([0], pad_to=200)  # its delay is over: it goes
+    # the 8s are split off (7 x 192 padded tokens cost more than a call): the 200 goes alone, at once
+    assert policy(delay_ns=5 * MS).plan(q, 2 * MS) == Plan.of([0], pad_to=200)
+    # alone in the queue it waits for similar lengths until its delay is over
+    assert policy(delay_ns=5 * MS).plan(q[:1], 2 * MS) == Plan(0, 3 * MS)
+    assert policy(delay_ns=5 * MS).plan(q[:1], 5 * MS) == Plan.of([0], pad_to=200)
 
 
 def test_a_full_batch_goes_at_once_and_waits_otherwise() -> None:
@@ -231,8 +266,8 @@ def test_a_full_batch_goes_at_once_and_waits_otherwise() -> None:
 
 def test_a_preferred_size_reached_goes_at_once_cut_back_to_the_nearest_lengths() -> None:
     q = [Req(10), Req(30), Req(11), Req(12)]
-    # 11 and 12 join the anchor (30 would lower the fill); 2 is the largest preferred size reached
-    assert policy(preferred=(2, 4), delay_ns=100 * MS).plan(q, 0) == Plan.of([0, 2], pad_to=11)
+    # 11 and 12 join the anchor (30 costs 3 x 18 padded tokens more, a call 16); 2 is the largest preferred size
+    assert policy(preferred=(2, 4), delay_ns=100 * MS, call_cost=16).plan(q, 0) == Plan.of([0, 2], pad_to=11)
     assert policy(preferred=(2,), delay_ns=100 * MS).plan([Req(10) for _ in range(5)], 0) == Plan.of([0, 1], 10)
 
 

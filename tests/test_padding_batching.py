@@ -493,6 +493,10 @@ BAD_CONFIGS: dict[str, tuple[str, tuple[str, ...]]] = {
         held(4) + MASKED_PAD + parameters(pad_buckets="8,16,32,64", max_batch_tokens="32"),
         ("max_batch_tokens",),
     ),
+    "call_cost_not_a_non_negative_integer": (
+        held(4) + MASKED_PAD + parameters(pad_call_cost_tokens="-5"),
+        ("pad_call_cost_tokens",),
+    ),
     "no_dynamic_batching": (MASKED_PAD, ("pad_inputs", "dynamic_batching")),
     "buckets_without_pad_inputs": (held(4) + parameters(pad_buckets="8,16"), ("pad_buckets", "pad_inputs")),
     "unlisted_variable_output": (

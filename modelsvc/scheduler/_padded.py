@@ -6,18 +6,20 @@ to the next of ``pad_buckets``. The rule:
 * The anchor, the first request in dispatch order (the oldest of the highest priority waiting), is in every
   batch. So no request starves: each batch takes the head of the queue, and a request reaches the head after
   at most the requests ahead of it (as with the dynamic batcher, requests of a higher priority go first).
-* The batch is filled with requests of the anchor's shapes, a higher priority level first (a level's delayed
-  requests rank with it), and within a level the nearest in length to the anchor first (ties: the older).
-  A request joins when the batch stays within ``limit`` rows (the largest preferred batch size if any are
-  given, else ``max_batch_size``), within ``max_batch_tokens`` (rows x padded length), and its padding does
-  not lower the batch's fill (useful tokens / computed tokens) below ``min_fill`` (0.75 unless set; a request
-  that raises the fill always may join, as with buckets). A request fits only when all three hold; one that
-  does not fit is left for a later batch, never for one of a lower priority level in its place.
+* The batch is the anchor's group in the cheapest split of the queue. The requests of the anchor's shapes and
+  priority level (a level's delayed requests rank with it), the anchor among them, are sorted by length and
+  split into contiguous groups, each within ``limit`` rows (the largest preferred batch size if any are given,
+  else ``max_batch_size``) and ``max_batch_tokens`` (rows x padded length), minimising what they cost in all:
+  the number of calls x ``pad_call_cost_tokens`` (what one call costs, in padded tokens; ``_padding``) + the
+  sum of rows x padded length. (A small dynamic programme, O(n x limit) for n such requests.) So on an
+  accelerator, where a call costs as much as hundreds of padded tokens, batches are fuller and pad more; on a
+  CPU, where a padded token costs as much as a real one, padding stays low. Requests of another shape or
+  level are left for a later batch; a lower level never takes a place a higher one would have.
 * The anchor goes alone when its own rows reach ``limit`` or its own rows x padded length reach the budget.
-* When the batch reaches ``limit`` rows, or a request was left out for rows or tokens, it goes at once. With
-  preferred sizes, a batch that reached one goes at once, cut back to the largest preferred size reached (the
-  requests added last, the furthest in length, stay). Otherwise it waits for requests of similar length until
-  the anchor has waited ``max_queue_delay``, then everything gathered goes.
+* When the batch reaches ``limit`` rows, or the split left a request of its shape and level out of it, it goes
+  at once. With preferred sizes, a batch that reached one goes at once, cut back to the largest preferred size
+  reached (the requests furthest in length from the anchor stay). Otherwise it waits for requests of similar
+  length until the anchor has waited ``max_queue_delay``, then everything gathered goes.
 
 The plan names the requests' positions (``Plan.of``) and the padded length (``Plan.pad_to``).
 """
@@ -31,9 +33,6 @@ from ..backends import ModelConfig
 from ._padding import PadSpec
 from ._planner import IDLE, Plan, Queued
 
-#: the lowest batch fill (useful / computed tokens) a request's padding may bring a batch to
-MIN_FILL = 0.75
-
 
 @dataclass(frozen=True, slots=True)
 class PaddedPolicy:
@@ -43,7 +42,6 @@ class PaddedPolicy:
     spec: PadSpec
     preferred_batch_sizes: tuple[int, ...] = ()
     max_queue_delay_ns: int = 0
-    min_fill: float = MIN_FILL
 
     @property
     def limit(self) -> int:
@@ -73,38 +71,24 @@ class PaddedPolicy:
         limit = self.limit
         anchor = items[0]
         rows = anchor.batch_size
-        longest = anchor.length
-        if rows >= limit or (budget and rows * pad(longest) >= budget):
-            return Plan.of((0,), pad(longest))
-        useful = rows * longest
-        picked = [0]
-        best_preferred = 1 if rows in self.preferred_batch_sizes else 0
-        full = False
+        if rows >= limit or (budget and rows * pad(anchor.length) >= budget):
+            return Plan.of((0,), pad(anchor.length))
         key = anchor.shape_key
-        order = sorted(range(1, len(items)), key=lambda i: (items[i].level, abs(items[i].length - anchor.length), i))
+        peers = [i for i in range(1, len(items)) if items[i].shape_key == key and items[i].level == anchor.level]
+        group, split = self._group(items, peers)
+        order = sorted(group, key=lambda i: (abs(items[i].length - anchor.length), i))
+        picked = [0]
+        longest = anchor.length
+        best_preferred = 1 if rows in self.preferred_batch_sizes else 0
+        full = split
         for i in order:
-            item = items[i]
-            if item.shape_key != key:
-                continue
-            new_rows = rows + item.batch_size
-            if new_rows > limit:
-                full = True
-                continue
-            new_longest = max(longest, item.length)
-            computed = new_rows * pad(new_longest)
-            if budget and computed > budget:
-                full = True
-                continue
-            new_useful = useful + item.batch_size * item.length
-            fill = _fill(new_useful, computed)
-            if fill < self.min_fill and fill < _fill(useful, rows * pad(longest)):
-                continue
+            rows += items[i].batch_size
+            longest = max(longest, items[i].length)
             picked.append(i)
-            rows, longest, useful = new_rows, new_longest, new_useful
             if rows in self.preferred_batch_sizes:
                 best_preferred = len(picked)
-            if rows == limit:
-                return Plan.of(picked, pad(longest))
+        if rows == limit:
+            return Plan.of(picked, pad(longest))
         waited = now_ns - anchor.enqueued_ns
         delay_over = waited >= self.max_queue_delay_ns
         if best_preferred and not delay_over:
@@ -114,6 +98,50 @@ class PaddedPolicy:
             return Plan.of(picked, pad(longest))
         return Plan(0, self.max_queue_delay_ns - waited)
 
+    def _group(self, items: list[Queued], peers: list[int]) -> tuple[list[int], bool]:
+        """The anchor's peers (positions) in the anchor's group of the cheapest split of the anchor and its
+        peers, sorted by length, into contiguous batches (each costing the spec's ``call_cost_tokens`` + rows x
+        padded length, within ``limit`` rows and the token budget; of equally cheap splits, the one whose
+        anchor's group has the most rows); and whether that split left any peer out."""
+        ranked = sorted([0, *peers], key=lambda i: (items[i].length, i))
+        n = len(ranked)
+        where = ranked.index(0)
+        head = self._cheapest(items, ranked)  # head[k]: the cheapest split of ranked[:k]
+        tail = self._cheapest(items, ranked[::-1])  # tail[m]: of the last m
+        pad = self.spec.padded_length
+        budget = self.spec.max_batch_tokens
+        best: tuple[int, int] | None = None
+        span = (where, where + 1)
+        for k in range(where, -1, -1):
+            for j in range(where + 1, n + 1):
+                rows = sum(items[i].batch_size for i in ranked[k:j])
+                padded = pad(items[ranked[j - 1]].length)
+                if j - k > 1 and (rows > self.limit or (budget and rows * padded > budget)):
+                    break
+                cost = head[k] + self.spec.call_cost_tokens + rows * padded + tail[n - j]
+                if best is None or (cost, -rows) < best:
+                    best, span = (cost, -rows), (k, j)
+        group = [i for i in ranked[span[0] : span[1]] if i != 0]
+        return group, len(group) < len(peers)
 
-def _fill(useful: int, computed: int) -> float:
-    return useful / computed if computed else 1.0
+    def _cheapest(self, items: list[Queued], ranked: list[int]) -> list[int]:
+        """cost[m]: what the cheapest split of ``ranked[:m]`` into contiguous batches costs (``ranked`` sorted by
+        length, either way: a batch is padded to the longest of it)."""
+        pad = self.spec.padded_length
+        budget = self.spec.max_batch_tokens
+        cost = [0] * (len(ranked) + 1)
+        for j in range(1, len(ranked) + 1):
+            rows = 0
+            longest = 0
+            best = -1
+            for k in range(j, 0, -1):
+                rows += items[ranked[k - 1]].batch_size
+                longest = max(longest, items[ranked[k - 1]].length)
+                padded = pad(longest)
+                if k < j and (rows > self.limit or (budget and rows * padded > budget)):
+                    break
+                here = cost[k - 1] + self.spec.call_cost_tokens + rows * padded
+                if best < 0 or here < best:
+                    best = here
+            cost[j] = best
+        return cost
