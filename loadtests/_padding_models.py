@@ -163,9 +163,10 @@ class Family:
         return f"{self.name}_{way}"
 
 
-def write_minilm(repo: Path) -> Family:
+def write_minilm(repo: Path, kind: str = "KIND_CPU") -> Family:
+    """MiniLM's three ways; ``kind`` KIND_GPU puts its instance on a GPU (the GPU verification script's rows)."""
     onnx = build_minilm()
-    base = without_padding((MINILM_SOURCE / "config.pbtxt").read_text())
+    base = without_padding((MINILM_SOURCE / "config.pbtxt").read_text()).replace("kind: KIND_CPU", f"kind: {kind}")
     family = Family("minilm", repo, padding=MINILM_PADDING)
     for way in WAYS:
         text = renamed(base, family.model(way))

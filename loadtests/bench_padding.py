@@ -207,10 +207,10 @@ def _measure(url: str, row: Row, payloads: Sequence[Any], model: str, settings: 
           f"errors {m.errors or 0}", flush=True)  # fmt: skip
 
 
-def run_family(part: str, workdir: Path, settings: Settings) -> list[Row]:
+def run_family(part: str, workdir: Path, settings: Settings, kind: str = "KIND_CPU") -> list[Row]:
     repo = workdir / f"repo_{part}"
     repo.mkdir()
-    family: Family = write_minilm(repo) if part == "minilm" else write_accelerator(repo)
+    family: Family = write_minilm(repo, kind) if part == "minilm" else write_accelerator(repo)
     rows = [Row(part, w, WAY_NAMES[w], padded_by_client=w == "b", reads_metrics=w == "c") for w in WAYS]
     with _servers.modelsvc_server(repo, 120.0) as server:
         assert server.proc is not None
@@ -260,6 +260,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, help="window length (default 20, quick 3)")
     parser.add_argument("--rounds", type=int, help="rounds of interleaved measurements (default 3, quick 1)")
     parser.add_argument("--output", type=Path, help="the results file (markdown); a .json beside it")
+    parser.add_argument(
+        "--kind", choices=("KIND_CPU", "KIND_GPU"), default="KIND_CPU",
+        help="where MiniLM's instance runs (KIND_GPU: ONNX Runtime's CUDA provider; loadtests/gpu/verify.sh)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     parts = [p.strip() for p in args.only.split(",") if p.strip()]
     unknown = [p for p in parts if p not in PARTS]
@@ -286,7 +290,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 rows += service_rows
                 notes.append(f"doc_classifier: {note}")
             else:
-                rows += run_family(part, Path(tmp), settings)
+                rows += run_family(part, Path(tmp), settings, args.kind)
     notes += [f"(c) config of minilm and doc_classifier after: {parameters_text(MINILM_PADDING).strip()}",
               f"(c) config of accel: {parameters_text(ACCEL_PADDING).strip()}"]  # fmt: skip
     text = "\n".join([

@@ -27,6 +27,8 @@
 #   7. modelsvc serve on the plans, ready, its GPU metrics (nv_gpu_utilization ...) on the metrics port;
 #   8. the table (loadtests/gpu/bench_gpu.py): in-process TensorRT, ONNX Runtime CUDA, the served plan,
 #      sequences/s at batch 1/8/32/64 x 128/512 tokens, beside the bound of the GPU's fp16 FLOP rate.
+#   9. padding-aware batching's rows (loadtests/bench_padding.py --kind KIND_GPU, one short round): natural lengths
+#      with the dynamic batcher, padded to 256 by the client, padding-aware; MiniLM on ONNX Runtime's CUDA provider.
 # A rerun reuses the venv, the models, the plans and the timing cache in OUT (--force builds again).
 #
 # Exit status: 0 every step passed; 1 a step failed (its name and the tail of its log are printed); 2 usage, or
@@ -40,6 +42,7 @@ OUT="${TMPDIR:-/tmp}/modelsvc-verify-gpu"
 VENV=""
 PEAK_TFLOPS=""
 BUDGET_S=600
+PADDING_S=150  # the padding-aware batching rows (step 9)
 FORCE=0
 EXTRA_PACKAGES="${EXTRA_PACKAGES:-}"
 PYTHON="${PYTHON:-python3}"
@@ -275,7 +278,7 @@ sys.exit(f'the metrics port shows no {missing}: GPU metrics are off or NVML fail
 echo "         $(tail -n 1 "$LAST_LOG")"
 
 # --- 8. the table ----------------------------------------------------------------------------------------------
-BENCH_BUDGET=$(($(left) - 45))
+BENCH_BUDGET=$(($(left) - 45 - PADDING_S))
 ((BENCH_BUDGET >= 60)) || fail "only $(left)s of the ${BUDGET_S}s budget are left: too little for the benchmark"
 PEAK_ARGS=()
 [[ -z "$PEAK_TFLOPS" ]] || PEAK_ARGS=(--peak-tflops "$PEAK_TFLOPS")
@@ -285,5 +288,12 @@ step bench 600 "$PY" -m loadtests.gpu.bench_gpu --url "127.0.0.1:$HTTP_PORT" --b
   --model "name=bert_base,layers=12,hidden=768,onnx=$ONNX/bert_base/1/model.onnx,plan=$PLANS/bert_base/1/model.plan"
 echo
 sed -n '/^GPU: /,$p' "$LAST_LOG" | tee "$OUT/table.txt"
+echo
+
+# --- 9. padding-aware batching on the GPU (issue 14's rows: natural lengths with the dynamic batcher, padded to 256
+# by the client, padding-aware), MiniLM on ONNX Runtime's CUDA provider and the accelerator-like python model --------
+step bench-padding "$PADDING_S" "$PY" -m loadtests.bench_padding --only minilm,accel --kind KIND_GPU \
+  --rounds 1 --seconds 5 --output "$OUT/padding.md"
+sed -n '/^| model /,/^$/p' "$OUT/padding.md" | tee -a "$OUT/table.txt"
 echo
 echo "verify.sh: every step passed in ${SECONDS}s; the table is in $OUT/table.txt, the logs in $LOGS"
