@@ -60,7 +60,9 @@ class ServerProcess:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
-    def wait_ready(self, timeout: float = 60.0) -> Self:
+    def wait_ready(self, timeout: float = 60.0, path: str | None = None) -> Self:
+        """Until GET ``path`` (default: the server's readiness path; e.g. /v2/health/live for a server some of whose
+        models fail to load) answers 200; RuntimeError with the log if the process exits or time runs out."""
         assert self.proc is not None
         name = type(self).__name__
         deadline = time.monotonic() + timeout
@@ -68,7 +70,7 @@ class ServerProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"{name} exited with {self.proc.returncode} before ready:\n{self.log()}")
             try:
-                if httpx.get(f"{self.base}{self.ready_path}", timeout=1.0).status_code == 200:
+                if httpx.get(f"{self.base}{path or self.ready_path}", timeout=1.0).status_code == 200:
                     return self
             except httpx.TransportError:
                 pass

@@ -510,20 +510,6 @@ BAD_CONFIGS: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
-def wait_live(proc: ModelsvcProcess) -> None:
-    deadline = time.monotonic() + WAIT
-    while True:
-        assert proc.proc is not None
-        assert proc.proc.poll() is None, proc.log()
-        try:
-            if httpx.get(f"{proc.base}/v2/health/live").status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        assert time.monotonic() < deadline, proc.log()
-        time.sleep(0.05)
-
-
 def test_bad_padding_configurations_fail_their_load_naming_key_and_tensor(tmp_path: Path) -> None:
     encoder = masked_encoder()
     for name, (rest, _) in BAD_CONFIGS.items():
@@ -549,7 +535,7 @@ output [ {{ name: "last_hidden_state" data_type: TYPE_FP32 dims: [ -1, -1, {HIDD
     }
     proc = ModelsvcProcess(tmp_path, "--exit-on-error", "false").start()
     try:
-        wait_live(proc)
+        proc.wait_ready(WAIT, path="/v2/health/live")
         index = {row["name"]: row for row in httpx.post(f"{proc.base}/v2/repository/index", timeout=10).json()}
         assert index["good"]["state"] == "READY", index["good"]
         for name, words in expected.items():

@@ -642,20 +642,6 @@ output [ {{ name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }} ]
 """
 
 
-def wait_live(proc: ModelsvcProcess) -> None:
-    deadline = time.monotonic() + WAIT
-    while True:
-        assert proc.proc is not None
-        assert proc.proc.poll() is None, proc.log()
-        try:
-            if httpx.get(f"{proc.base}/v2/health/live").status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        assert time.monotonic() < deadline, proc.log()
-        time.sleep(0.05)
-
-
 def test_initialize_args_finalize_and_load_failures(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     marks = tmp_path / "marks"
@@ -667,7 +653,7 @@ def test_initialize_args_finalize_and_load_failures(tmp_path: Path) -> None:
     (repo / "no_file" / "config.pbtxt").write_text(ECHO_CONFIG.format(name="no_file"))
     proc = ModelsvcProcess(repo, "--exit-on-error", "false").start()
     try:
-        wait_live(proc)
+        proc.wait_ready(WAIT, path="/v2/health/live")
         index = {row["name"]: row for row in httpx.post(f"{proc.base}/v2/repository/index").json()}
         assert index["lifecycle"]["state"] == "READY"
         assert index["init_fails"]["state"] == "UNAVAILABLE"
