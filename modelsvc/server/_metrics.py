@@ -13,7 +13,7 @@ model versions with padding-aware batching (``pad_inputs`` in their config's par
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector, generate_latest
 from prometheus_client.metrics_core import Metric
@@ -76,15 +76,23 @@ _COUNTERS: tuple[tuple[str, str, Callable[[ModelVersion], float]], ...] = (
 )
 
 
+def _counter_families(
+    counters: Sequence[tuple[str, str, Callable[[ModelVersion], float]]], versions: list[ModelVersion]
+) -> list[Metric]:
+    """One counter family per (name, help, read), with a sample per model version."""
+    families = []
+    for name, doc, read in counters:
+        family = Metric(name, doc, "counter")
+        for mv in versions:
+            family.add_sample(name, {"model": mv.name, "version": str(mv.version)}, float(read(mv)))
+        families.append(family)
+    return families
+
+
 def model_families(models: ModelManager) -> list[Metric]:
     """The nv_* families (and modelsvc's own additions) for every loaded model version."""
     loaded = list(models.loaded())
-    families = []
-    for name, doc, read in _COUNTERS:
-        family = Metric(name, doc, "counter")
-        for mv in loaded:
-            family.add_sample(name, {"model": mv.name, "version": str(mv.version)}, float(read(mv)))
-        families.append(family)
+    families = _counter_families(_COUNTERS, loaded)
     pending = Metric(
         "nv_inference_pending_request_count",
         "Instantaneous number of pending requests awaiting execution per-model.",
@@ -130,12 +138,7 @@ def padding_families(loaded: list[ModelVersion]) -> list[Metric]:
     padded = [mv for mv in loaded if "pad_inputs" in mv.config.parameters]
     if not padded:
         return []
-    families = []
-    for name, doc, read in _PADDING_COUNTERS:
-        family = Metric(name, doc, "counter")
-        for mv in padded:
-            family.add_sample(name, {"model": mv.name, "version": str(mv.version)}, float(read(mv)))
-        families.append(family)
+    families = _counter_families(_PADDING_COUNTERS, padded)
     fill = Metric(
         "modelsvc_batch_fill",
         "Fill of each padded batch: useful tokens / computed tokens (1 = no padding)",
@@ -195,12 +198,7 @@ def cache_families(cache: ResponseCache, loaded: list[ModelVersion]) -> list[Met
         family = Metric(name, doc, "gauge")
         family.add_sample(name, {}, float(value))
         families.append(family)
-    for name, doc, read in _CACHE_COUNTERS:
-        family = Metric(name, doc, "counter")
-        for mv in loaded:
-            family.add_sample(name, {"model": mv.name, "version": str(mv.version)}, float(read(mv)))
-        families.append(family)
-    return families
+    return families + _counter_families(_CACHE_COUNTERS, loaded)
 
 
 def _escape(value: str) -> str:
