@@ -15,20 +15,10 @@ from typing import Any, Self, TypeVar
 
 import httpx
 
-from loadtests._servers import free_port
+from loadtests._servers import die_with_parent, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 T = TypeVar("T")
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec: be sent SIGTERM when the test process dies, even if killed, so an
-    interrupted test run leaves no server behind (Linux; elsewhere teardown alone stops servers)."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        PR_SET_PDEATHSIG = 1
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 class ServerProcess:
@@ -53,7 +43,7 @@ class ServerProcess:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(
-                self.command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env, preexec_fn=_die_with_parent
+                self.command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env, preexec_fn=die_with_parent
             )
         return self
 
