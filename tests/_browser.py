@@ -28,7 +28,7 @@ import httpx
 import pytest
 from websockets.sync.client import ClientConnection, connect
 
-from tests._server import _die_with_parent
+from loadtests._servers import die_with_parent
 
 CHROMIUM_ENV = "CHROMIUM"
 """Names the Chromium (or Chrome) binary to use instead of the one on PATH."""
@@ -197,7 +197,7 @@ class Browser:
             "about:blank",
         ]
         with self.log_path.open("wb") as log:
-            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
         port_file = self.profile / "DevToolsActivePort"
         deadline = time.monotonic() + timeout
         while not (port_file.exists() and port_file.read_text().strip()):
