@@ -92,3 +92,30 @@ class Backend(Protocol):
     def create_instances(self, config: ModelConfig, artifact: Path, version: int) -> list[ModelInstance]:
         """Create every instance that ``config.instance_group`` asks for; raise ModelLoadError on failure."""
         ...
+
+
+def complete_dims(
+    entry: Any, artifact_dims: Sequence[int], kind: str, name: str, model: str, max_batch_size: int, shown: str
+) -> list[int] | None:
+    """Fill a config input/output's dims from the artifact's (its batch dimension dropped when the model batches;
+    a scalar per batch item becomes Triton's dims [1] reshaped to []), or check the dims the config gives against
+    them (-1 matches anything) and return those. ``shown`` is the artifact's shape as the error shows it, e.g.
+    ``model's shape [-1, 16]``. ConfigMismatchError names the model and the tensor."""
+    dims = list(artifact_dims[1:] if max_batch_size > 0 else artifact_dims)
+    if not entry.dims and not entry.HasField("reshape"):
+        if dims:
+            entry.dims.extend(dims)
+        else:
+            entry.dims.append(1)
+            entry.reshape.SetInParent()
+        return None
+    given = list(entry.reshape.shape) if entry.HasField("reshape") else list(entry.dims)
+    if len(given) != len(dims) or any(g != d and g != -1 and d != -1 for g, d in zip(given, dims, strict=True)):
+        full = "[-1] + " if max_batch_size > 0 else ""
+        raise ConfigMismatchError(
+            f"{kind} '{name}' of model '{model}': configuration dims {full}{given} do not match the {shown}",
+            tensor=name,
+            field="dims",
+        )
+    return given
+

@@ -47,7 +47,7 @@ from tritonclient.grpc import model_config_pb2
 
 from modelsvc.protocol import ONNX_TO_CONFIG
 
-from ._base import ConfigMismatchError, ModelConfig, ModelInstance, ModelLoadError
+from ._base import ConfigMismatchError, ModelConfig, ModelInstance, ModelLoadError, complete_dims
 from ._devices import placements
 from ._onnxruntime_gpu import CPU as _CPU
 from ._onnxruntime_gpu import CUDA as _CUDA
@@ -115,25 +115,7 @@ def _complete_tensor(entry: Any, info: _TensorInfo, kind: str, max_batch_size: i
             tensor=info.name,
             field="data_type",
         )
-    model_dims = info.dims[1:] if max_batch_size > 0 else list(info.dims)
-    if not entry.dims and not entry.HasField("reshape"):
-        if model_dims:
-            entry.dims.extend(model_dims)
-        else:  # a scalar (per batch item): Triton's convention is dims [1] reshaped to []
-            entry.dims.append(1)
-            entry.reshape.SetInParent()
-        return
-    given = list(entry.reshape.shape) if entry.HasField("reshape") else list(entry.dims)
-    if len(given) != len(model_dims) or any(
-        g != m and g != -1 and m != -1 for g, m in zip(given, model_dims, strict=False)
-    ):
-        full = "[-1] + " if max_batch_size > 0 else ""
-        raise ConfigMismatchError(
-            f"{kind} '{info.name}' of model '{model}': configuration dims {full}{given} do not match the "
-            f"model's shape {info.dims}",
-            tensor=info.name,
-            field="dims",
-        )
+    complete_dims(entry, info.dims, kind, info.name, model, max_batch_size, f"model's shape {info.dims}")
 
 
 def _check_io(config: ModelConfig, session: ort.InferenceSession) -> None:

@@ -26,7 +26,7 @@ from tritonclient.grpc import model_config_pb2
 
 from modelsvc.protocol import InvalidArgument
 
-from ._base import ConfigMismatchError, ModelConfig, ModelLoadError
+from ._base import ConfigMismatchError, ModelConfig, ModelLoadError, complete_dims
 from ._devices import Placement
 
 Shape = tuple[int, ...]
@@ -166,29 +166,11 @@ def _check_datatype(model: str, kind: str, entry: Any, tensor: EngineTensor) -> 
 def _check_dims(
     model: str, kind: str, entry: Any, tensor: EngineTensor, max_batch_size: int, desc: EngineDescription
 ) -> None:
-    engine_dims = list(tensor.dims[1:] if max_batch_size > 0 else tensor.dims)
-    if not entry.dims and not entry.HasField("reshape"):
-        if engine_dims:
-            entry.dims.extend(engine_dims)
-        else:  # a scalar (per batch item): Triton's convention is dims [1] reshaped to []
-            entry.dims.append(1)
-            entry.reshape.SetInParent()
+    shown = f"engine's shape {_shape(tensor.dims)}"
+    given = complete_dims(entry, tensor.dims, kind, tensor.name, model, max_batch_size, shown)
+    if given is None or not tensor.is_input or not desc.profiles:
         return
-    given = list(entry.reshape.shape) if entry.HasField("reshape") else list(entry.dims)
-    prefix = [-1] if max_batch_size > 0 else []
-    if len(given) != len(engine_dims) or any(
-        g != e and g != -1 and e != -1 for g, e in zip(given, engine_dims, strict=True)
-    ):
-        shown = "[-1] + " if max_batch_size > 0 else ""
-        raise ConfigMismatchError(
-            f"{kind} '{tensor.name}' of model '{model}': configuration dims {shown}{given} do not match the "
-            f"engine's shape {_shape(tensor.dims)}",
-            tensor=tensor.name,
-            field="dims",
-        )
-    if not tensor.is_input or not desc.profiles:
-        return
-    full = prefix + given
+    full = ([-1] if max_batch_size > 0 else []) + given
     accepted = [
         p
         for p in desc.profiles
