@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 #
-# modelsvc, the Triton-compatible model server, for CPU nodes: ONNX Runtime (CPU build), the python backend,
-# and s3:// model repositories. No model inside: mount a repository at /models, or pass an s3:// URL.
+# modelsvc, the Triton-compatible model server, for CPU nodes: ONNX Runtime (CPU build), OpenVINO (the openvino
+# backend, and ONNX models' cpu_execution_accelerator "openvino"), the python backend, and s3:// model repositories. No model inside: mount a repository at /models, or pass an s3:// URL.
 #
 # Build from the repository root:
 #
@@ -14,8 +14,9 @@
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
-# Optional dependency groups of pyproject.toml to install: s3 (s3fs), gcs (gcsfs), azure (adlfs), comma-separated.
-ARG MODELSVC_EXTRAS=s3
+# Optional dependency groups of pyproject.toml to install, comma-separated: openvino, s3 (s3fs), gcs (gcsfs),
+# azure (adlfs), pytorch (torch: pass a CPU build's index in PIP_EXTRA_INDEX_URL, or pip picks a CUDA build of GBs).
+ARG MODELSVC_EXTRAS=openvino,s3
 # A package index mirror for pip (optional); pip reads PIP_INDEX_URL / PIP_EXTRA_INDEX_URL from the environment.
 ARG PIP_INDEX_URL
 # An extra package index for pip (optional).
