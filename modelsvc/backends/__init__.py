@@ -75,11 +75,20 @@ def _tensorrt() -> Backend:
     return TensorRTBackend(PlanEngine)
 
 
+def _openvino() -> Backend:
+    try:
+        from ._openvino import OpenVINOBackend
+    except ImportError as exc:
+        raise ModelLoadError(f"backend 'openvino' needs OpenVINO ({exc}): pip install 'modelsvc[openvino]'") from exc
+    return OpenVINOBackend()
+
+
 #: backend name -> factory (pytorch and openvino join here as they are written; see the docstring)
 BACKENDS: dict[str, Callable[[], Backend]] = {
     "onnxruntime": _onnxruntime,
     "python": _python,
     "tensorrt": _tensorrt,
+    "openvino": _openvino,
 }
 
 #: Triton ``platform`` -> backend name (every platform Triton knows, supported here or not)
