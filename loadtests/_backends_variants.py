@@ -1,0 +1,219 @@
+"""bench_backends' variants: MiniLM per backend and precision, each built once into a model repository of its own
+whose model is named ``minilm`` (so that the doc_classifier's logic server can be pointed at it), and its parity.
+
+A variant's repository holds the doc_classifier's model as the build writes it for that backend and precision
+(``python -m services.build --backend B --precision P``'s functions), with one change: ``max_batch_size`` 32, so
+that the grid's batch-32 requests fit (a request over ``max_batch_tokens`` runs alone, as the service's config
+says). The baseline, onnxruntime fp32, is today's build, copied.
+
+Parity of a variant: the smallest cosine similarity of its ``sentence_embedding`` with sentence-transformers'
+fp32 PyTorch vectors for the embedder's reference texts (services/embedder/tests/reference.json, made by
+sentence-transformers itself); and, served, whether the doc_classifier gives the long documents the labels it gives
+them on the baseline (bench_backends counts them).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import json
+import re
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from loadtests import _servers
+
+SERVICES = _servers.ROOT / "services"
+MODEL = "minilm"
+GRID_MAX_BATCH = 32
+REFERENCE_JSON = SERVICES / "embedder" / "tests" / "reference.json"
+TOKENIZER_JSON = SERVICES / "embedder" / "tokenizer" / "tokenizer.json"
+
+
+@dataclass(frozen=True)
+class Variant:
+    backend: str
+    """Triton's backend name: onnxruntime, openvino, pytorch."""
+    precision: str
+    """fp32, bf16 or int8 (services.build's --precision)."""
+
+    @property
+    def key(self) -> str:
+        return f"{self.backend}-{self.precision}"
+
+    @property
+    def module(self) -> str:
+        """The library the backend needs (its import name)."""
+        return {"onnxruntime": "onnxruntime", "openvino": "openvino", "pytorch": "torch"}[self.backend]
+
+    @property
+    def extra(self) -> str:
+        return {"onnxruntime": "", "openvino": "openvino", "pytorch": "pytorch"}[self.backend]
+
+
+VARIANTS = (
+    Variant("onnxruntime", "fp32"),
+    Variant("onnxruntime", "int8"),
+    Variant("openvino", "fp32"),
+    Variant("openvino", "bf16"),
+    Variant("openvino", "int8"),
+    Variant("pytorch", "fp32"),
+    Variant("pytorch", "bf16"),
+)
+BASELINE = VARIANTS[0]
+
+
+class Unavailable(Exception):
+    """A variant that cannot be built here: its table row says why, the run goes on."""
+
+
+@dataclass
+class Built:
+    """A variant built into ``repo`` (the model repository holding ``minilm``)."""
+
+    variant: Variant
+    repo: Path
+    model_file: Path
+    runtime: str
+    """The runtime the worker calls: the backend, or openvino for an ONNX model it is asked to accelerate."""
+    params: dict[str, str] = field(default_factory=dict)
+    """The worker's KEY=VALUE options, from the config's parameters."""
+    build_s: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# building
+
+
+def _missing_module(variant: Variant) -> str | None:
+    if importlib.util.find_spec(variant.module) is None:
+        return f"not installed: pip install 'modelsvc[{variant.extra}]'"
+    return None
+
+
+def _services_build() -> Any:
+    import services.build as build_module
+
+    return build_module
+
+
+def _baseline_model(say: Callable[[str], None]) -> Path:
+    """Today's build of the doc_classifier's model (built first when missing)."""
+    build_module = _services_build()
+    if build_module.missing():
+        say("  building the services' model (python -m services.build)")
+        build_module.build(say=say)
+    return Path(build_module.model_file("doc_classifier"))
+
+
+def _supports_backends(build_module: Any) -> bool:
+    """Whether services.build can build other backends and precisions (issue 15)."""
+    try:
+        params = inspect.signature(build_module.build).parameters
+    except (AttributeError, TypeError, ValueError):
+        return False
+    return "backend" in params and "precision" in params
+
+
+def build_variant(variant: Variant, workdir: Path, say: Callable[[str], None]) -> Built:
+    """``variant`` built into ``workdir/<key>/minilm``; Unavailable when it cannot be built here."""
+    if problem := _missing_module(variant):
+        raise Unavailable(problem)
+    repo = workdir / variant.key
+    target = repo / MODEL
+    started = time.monotonic()
+    if variant == BASELINE:
+        source = _baseline_model(say).parents[1]
+        shutil.copytree(source, target)
+    else:
+        _baseline_model(say)  # the tokenizer and the committed config come with it
+        build_module = _services_build()
+        if not _supports_backends(build_module):
+            raise Unavailable("services.build has no --backend/--precision yet")
+        root = repo / "services"
+        for service in build_module.SERVICES:
+            shutil.copytree(SERVICES / service / "model_repository", root / service / "model_repository")
+            shutil.copytree(SERVICES / service / "tokenizer", root / service / "tokenizer")
+        try:
+            build_module.build(
+                force=True, say=lambda line: say(f"    {line}"), root=root,
+                backend=variant.backend, precision=variant.precision,
+            )  # fmt: skip
+        except SystemExit as exc:  # the build's own refusal (parity not kept, precision not offered)
+            raise Unavailable(f"services.build refused: {exc}") from None
+        shutil.copytree(root / "doc_classifier" / "model_repository" / MODEL, target)
+        shutil.rmtree(root)
+    built = _describe(variant, repo)
+    built.build_s = time.monotonic() - started
+    return built
+
+
+def _config_path(model_dir: Path) -> Path:
+    return model_dir / "config.pbtxt"
+
+
+def _describe(variant: Variant, repo: Path) -> Built:
+    """Read the built model's config: raise max_batch_size for the grid, find the model file and its runtime."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
+    model_dir = repo / MODEL
+    path = _config_path(model_dir)
+    text = path.read_text()
+    text, n = re.subn(r"(?m)^max_batch_size:\s*\d+", f"max_batch_size: {GRID_MAX_BATCH}", text)
+    if n != 1:
+        raise Unavailable(f"{path}: no max_batch_size line to raise to {GRID_MAX_BATCH}")
+    path.write_text(text)
+    config = text_format.Parse(text, model_config_pb2.ModelConfig())
+    backend = config.backend or {"onnxruntime_onnx": "onnxruntime", "pytorch_libtorch": "pytorch"}.get(
+        config.platform, config.platform
+    )
+    files = [p for p in sorted((model_dir / "1").iterdir()) if p.suffix in (".onnx", ".xml", ".pt")]
+    if config.default_model_filename:
+        files = [model_dir / "1" / config.default_model_filename]
+    if not files:
+        raise Unavailable(f"{model_dir / '1'}: no model file")
+    params = {k: v.string_value for k, v in config.parameters.items()}
+    runtime = backend
+    accelerators = [a.name for a in config.optimization.execution_accelerators.cpu_execution_accelerator]
+    if backend == "onnxruntime" and "openvino" in accelerators:
+        runtime = "openvino"
+    worker = {k: v for k, v in params.items() if k.isupper()}
+    worker["outputs"] = ",".join(o.name for o in config.output)
+    notes = [f"{backend} {files[0].name}"]
+    if worker.get("INFERENCE_PRECISION_HINT"):
+        notes.append(f"INFERENCE_PRECISION_HINT {worker['INFERENCE_PRECISION_HINT']}")
+    return Built(variant, repo, files[0], runtime, worker, notes=notes)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# parity
+
+
+def reference_batch() -> tuple[dict[str, list[list[int]]], np.ndarray[Any, Any]]:
+    """The embedder's short reference texts as one padded batch, and sentence-transformers' vectors for them."""
+    from tokenizers import Tokenizer
+
+    data = json.loads(REFERENCE_JSON.read_text(encoding="utf-8"))
+    tokenizer = Tokenizer.from_file(str(TOKENIZER_JSON))
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    encodings = [tokenizer.encode(item["text"]).ids for item in data["short"]]
+    width = max(len(e) for e in encodings)
+    ids = [e + [0] * (width - len(e)) for e in encodings]
+    mask = [[1] * len(e) + [0] * (width - len(e)) for e in encodings]
+    reference = np.asarray([item["embedding"] for item in data["short"]], dtype=np.float64)
+    return {"input_ids": ids, "attention_mask": mask}, reference
+
+
+def min_cosine(got: np.ndarray[Any, Any], reference: np.ndarray[Any, Any]) -> float:
+    a = got / np.linalg.norm(got, axis=1, keepdims=True)
+    b = reference / np.linalg.norm(reference, axis=1, keepdims=True)
+    return float(np.min(np.sum(a * b, axis=1)))

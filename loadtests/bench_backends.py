@@ -1,0 +1,399 @@
+"""MiniLM per backend and precision, in-process and served, in one command: `python -m loadtests.bench_backends`.
+
+The benchmark of issue 15. Each variant (onnxruntime fp32, the baseline, and int8; openvino fp32, bf16 and int8;
+pytorch fp32 and bf16) is built once into a model repository of its own, with its parity shown: the smallest
+cosine of its sentence embeddings with sentence-transformers' fp32 PyTorch vectors, and whether the doc_classifier
+served on it labels the long documents as it does on the baseline. Then, in interleaved rounds (every variant and
+cell once per round, the order of the variants turned each round; the median of the rounds is reported):
+
+in-process  the variant's runtime called directly (ONNX Runtime session, OpenVINO compiled model, TorchScript
+            module) in a process of its own, batch 1/8/32 x 128/512 tokens -> sequences/s
+served      the same model served by modelsvc (one per variant), the same grid as requests of batch B from
+            ``--clients`` concurrent clients over HTTP with binary tensors -> sequences/s
+long docs   the doc_classifier pair (modelsvc + logicd) on each variant, long documents (2000-4000 tokens, 4-8
+            windows of 512) at concurrency 4 -> documents/s
+
+Every ratio is the variant's figure over the served onnxruntime fp32 figure of the same cell in the same round
+(the pair's over the onnxruntime fp32 pair's), the median over rounds. A cell is time-boxed by calls and seconds
+(one 32 x 512 call takes seconds on 2 cores). A variant that cannot be built here (an extra not installed, a
+precision the build refuses) gives a row that says so. ``--quick`` is a smoke run (one round, batch 1 x 128, short
+windows) used by tests/test_bench_backends.py; ``--only`` picks variants and parts; ``--json FILE`` saves it all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Sequence
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from loadtests import _servers, bench_core
+from loadtests._backends_load import Worker, served_cell
+from loadtests._backends_variants import (
+    BASELINE,
+    VARIANTS,
+    Built,
+    Unavailable,
+    build_variant,
+    min_cosine,
+    reference_batch,
+)
+from loadtests._documents import long_documents
+from loadtests._suite import Stats, json_load, median
+from loadtests._suite_pair import classify
+
+PARTS = ("inprocess", "served", "pair")
+DOC_CLASSIFIER = _servers.ROOT / "services" / "doc_classifier"
+PARITY_COSINE = 0.999
+TARGET = 3.0
+"""Issue 15: the served default at least 3x today's served fp32 ONNX Runtime on the long-document benchmark."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    rounds: int = 3
+    grid: tuple[tuple[int, int], ...] = ((1, 128), (8, 128), (32, 128), (1, 512), (8, 512), (32, 512))
+    """(batch, tokens) cells."""
+    cell_s: float = 1.0
+    """Seconds per cell (at least one call; a call that takes longer ends the cell)."""
+    cell_calls: int = 50
+    clients: int = 2
+    """Concurrent clients of a served cell, each sending one request of batch B at a time."""
+    pair_concurrency: int = 4
+    pair_seconds: float = 6.0
+    pair_tokens: tuple[int, int] = (2000, 4000)
+
+    @classmethod
+    def quick(cls) -> Settings:
+        return cls(rounds=1, grid=((1, 128),), cell_s=0.3, cell_calls=20, pair_concurrency=2, pair_seconds=2.0,
+                   pair_tokens=(600, 1200))  # fmt: skip
+
+
+@dataclass
+class Result:
+    """Everything one variant got."""
+
+    variant: str
+    built: bool
+    why: str = ""
+    runs_as: str = ""
+    build_s: float = 0.0
+    cosine: float | None = None
+    labels: str = ""
+    labels_agree: int | None = None
+    labels_total: int = 0
+    inprocess: dict[str, list[float]] = field(default_factory=dict)
+    """"BxS" -> sequences/s per round."""
+    served: dict[str, list[float]] = field(default_factory=dict)
+    pair: list[Stats] = field(default_factory=list)
+    ratios: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    """"inprocess"/"served" -> "BxS" -> per-round ratio to the served baseline; "pair" -> {"c=N": [...]}"""
+    error: str = ""
+
+
+def cell_key(batch: int, tokens: int) -> str:
+    return f"{batch}x{tokens}"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the run
+
+
+class Run:
+    def __init__(self, settings: Settings, variants: Sequence[str], parts: Sequence[str], workdir: Path):
+        self.settings = settings
+        self.parts = parts
+        self.workdir = workdir
+        self.results = {v.key: Result(v.key, built=False) for v in VARIANTS if v.key in variants}
+        self.built: dict[str, Built] = {}
+        self.workers: dict[str, Worker] = {}
+        self.models: dict[str, _servers.ServerProcess] = {}
+        self.pairs: dict[str, str] = {}
+
+    def say(self, line: str) -> None:
+        print(line, flush=True)
+
+    def build(self) -> None:
+        for key, result in self.results.items():
+            variant = next(v for v in VARIANTS if v.key == key)
+            self.say(f"building {key} ...")
+            try:
+                built = build_variant(variant, self.workdir, self.say)
+            except Unavailable as exc:
+                result.why = str(exc)
+                self.say(f"  {key}: {exc}")
+                continue
+            self.built[key] = built
+            result.built = True
+            result.build_s = built.build_s
+            result.runs_as = ", ".join(built.notes)
+
+    def start(self, stack: ExitStack) -> None:
+        for key, built in list(self.built.items()):
+            try:
+                worker = Worker(built)  # the in-process rows and the parity check
+                stack.callback(worker.close)
+                self.workers[key] = worker
+                if precision := worker.info.get("inference_precision"):
+                    self.results[key].runs_as += f" (OpenVINO runs {precision})"
+                if "served" in self.parts or "pair" in self.parts:
+                    self.say(f"starting modelsvc for {key}")
+                    model = stack.enter_context(_servers.modelsvc_server(built.repo, ready_timeout_s=180))
+                    self.models[key] = model
+                if "pair" in self.parts:
+                    logic = stack.enter_context(_servers.logicd_server(DOC_CLASSIFIER, model.base_url, 180))
+                    self.pairs[key] = logic.base_url
+            except Exception as exc:
+                traceback.print_exc()
+                self.fail(key, f"start: {exc}")
+
+    def fail(self, key: str, what: str) -> None:
+        self.results[key].error = str(what).strip().splitlines()[0][:300]
+        self.built.pop(key, None)
+        self.workers.pop(key, None)
+        self.models.pop(key, None)
+        self.pairs.pop(key, None)
+
+    def parity(self, documents: list[str]) -> None:
+        inputs, reference = reference_batch()
+        for key, worker in list(self.workers.items()):
+            try:
+                self.results[key].cosine = min_cosine(worker.embed(inputs), reference)
+            except Exception as exc:
+                self.fail(key, f"parity: {exc}")
+        if not self.pairs:
+            return
+        labels = {}
+        for key, base in list(self.pairs.items()):
+            try:
+                labels[key] = [r["label"] for r in classify(base, documents)]
+            except Exception as exc:
+                self.fail(key, f"classify: {exc}")
+        expected = labels.get(BASELINE.key)
+        for key, got in labels.items():
+            if expected is None:
+                self.results[key].labels = "baseline missing"
+                continue
+            agree = sum(a == b for a, b in zip(got, expected, strict=True))
+            self.results[key].labels_agree = agree
+            self.results[key].labels = f"{agree}/{len(expected)}"
+            self.results[key].labels_total = len(expected)
+
+    def order(self, round_index: int) -> list[str]:
+        keys = list(self.built)
+        turn = round_index % len(keys) if keys else 0
+        return keys[turn:] + keys[:turn]
+
+    def measure_round(self, i: int, pair_bodies: list[bytes]) -> None:
+        s = self.settings
+        for batch, tokens in s.grid:
+            cell = cell_key(batch, tokens)
+            self.say(f"round {i + 1}/{s.rounds}: {cell}")
+            for key in self.order(i):
+                result = self.results[key]
+                try:
+                    if "inprocess" in self.parts and key in self.workers:
+                        got = self.workers[key].cell(batch, tokens, s.cell_calls, s.cell_s, warm=i == 0)
+                        result.inprocess.setdefault(cell, []).append(got.seq_per_s)
+                    if "served" in self.parts and key in self.models:
+                        got = served_cell(self.models[key].base_url, batch, tokens, s.clients, s.cell_calls, s.cell_s,
+                                          warm=i == 0)  # fmt: skip
+                        result.served.setdefault(cell, []).append(got.seq_per_s)
+                except Exception as exc:
+                    traceback.print_exc()
+                    self.fail(key, f"{cell}: {exc}")
+        if "pair" in self.parts:
+            for key in self.order(i):
+                if key not in self.pairs:
+                    continue
+                self.say(f"round {i + 1}/{s.rounds}: long documents on {key}")
+                stats = json_load(f"{self.pairs[key]}/v1/classify", pair_bodies, s.pair_concurrency, s.pair_seconds)
+                if stats.errors:
+                    self.fail(key, f"{stats.errors} failed long-document requests")
+                    continue
+                self.results[key].pair.append(stats)
+
+    def ratios(self) -> None:
+        base = self.results.get(BASELINE.key)
+        if base is None:
+            return
+        for result in self.results.values():
+            for part in ("inprocess", "served"):
+                figures: dict[str, list[float]] = getattr(result, part)
+                out = result.ratios.setdefault(part, {})
+                for cell, values in figures.items():
+                    ref = base.served.get(cell, [])
+                    if len(ref) == len(values):
+                        out[cell] = [v / r for v, r in zip(values, ref, strict=True)]
+            if result.pair and len(base.pair) == len(result.pair):
+                result.ratios["pair"] = {
+                    f"c={self.settings.pair_concurrency}": [
+                        a.per_s / b.per_s for a, b in zip(result.pair, base.pair, strict=True)
+                    ]
+                }
+
+
+def run(settings: Settings, variants: Sequence[str], parts: Sequence[str]) -> list[Result]:
+    with tempfile.TemporaryDirectory(prefix="bench_backends-") as tmp, ExitStack() as stack:
+        bench = Run(settings, variants, parts, Path(tmp))
+        bench.build()
+        bench.start(stack)
+        docs = [text for _, text in long_documents(24, *settings.pair_tokens, seed=8)]
+        bench.parity(docs[:6])
+        bodies = [json.dumps({"documents": [text]}).encode() for text in docs]
+        for i in range(settings.rounds):
+            bench.measure_round(i, bodies)
+        bench.ratios()
+        return list(bench.results.values())
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the tables
+
+
+def _fmt(values: list[float], ratios: list[float] | None) -> str:
+    figure = median(values)
+    if figure is None:
+        return "-"
+    ratio = median(ratios or [])
+    return f"{figure:.1f}" + ("" if ratio is None else f" ({ratio:.2f}x)")
+
+
+def grid_table(results: Sequence[Result], settings: Settings) -> str:
+    cells = [cell_key(b, t) for b, t in settings.grid]
+    lines = ["| variant | where | " + " | ".join(cells) + " |", "|---|---|" + "---:|" * len(cells)]
+    for r in results:
+        if not r.built or r.error:
+            lines.append(f"| {r.variant} | - | " + " | ".join(["-"] * len(cells)) + " |")
+            continue
+        for part, label in (("inprocess", "in-process"), ("served", "served")):
+            figures: dict[str, list[float]] = getattr(r, part)
+            if not figures:
+                continue
+            row = [_fmt(figures.get(c, []), r.ratios.get(part, {}).get(c)) for c in cells]
+            lines.append(f"| {r.variant} | {label} | " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def variants_table(results: Sequence[Result], settings: Settings) -> str:
+    head = ("variant", "runs as", "build s", "min cosine vs fp32 PyTorch", "labels as baseline",
+            f"long docs/s (c={settings.pair_concurrency})", "p50 ms", "ratio", "rounds")  # fmt: skip
+    lines = ["| " + " | ".join(head) + " |", "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+    for r in results:
+        if not r.built or r.error:
+            why = r.why or f"FAILED: {r.error}"
+            lines.append(f"| {r.variant} | {why} | - | - | - | - | - | - | - |")
+            continue
+        ratios = next(iter(r.ratios.get("pair", {}).values()), [])
+        ratio = median(ratios)
+        docs = median([s.per_s for s in r.pair])
+        p50 = median([s.p50_ms for s in r.pair])
+        cells = (
+            r.variant, r.runs_as, f"{r.build_s:.0f}", "-" if r.cosine is None else f"{r.cosine:.5f}",
+            r.labels or "-", "-" if docs is None else f"{docs:.2f}", "-" if p50 is None else f"{p50:.0f}",
+            "-" if ratio is None else f"{ratio:.2f}", ", ".join(f"{x:.2f}" for x in ratios) or "-",
+        )  # fmt: skip
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def verdict(results: Sequence[Result]) -> str:
+    """What the long-document ratios say against the 3x target."""
+    scored = []
+    for r in results:
+        ratio = median(next(iter(r.ratios.get("pair", {}).values()), []))
+        if ratio is not None and r.variant != BASELINE.key:
+            scored.append((ratio, r))
+    if not scored:
+        return "long documents: no variant besides the baseline measured"
+    kept = [(ratio, r) for ratio, r in scored if at_parity(r)]
+    parts = []
+    if kept:
+        ratio, best = max(kept, key=lambda p: p[0])
+        met = "met" if ratio >= TARGET else "not met"
+        parts.append(f"target {TARGET:.0f}x on long documents at parity: {met}; best {best.variant} at {ratio:.2f}x")
+    else:
+        parts.append(f"target {TARGET:.0f}x on long documents at parity: not met (no variant kept parity)")
+    ratio, fastest = max(scored, key=lambda p: p[0])
+    if not at_parity(fastest):
+        cosine = "-" if fastest.cosine is None else f"{fastest.cosine:.5f}"
+        parts.append(f"fastest {fastest.variant} at {ratio:.2f}x without parity (min cosine {cosine}, "
+                     f"labels {fastest.labels or '-'})")  # fmt: skip
+    return "; ".join(parts)
+
+
+def at_parity(r: Result) -> bool:
+    """Issue 15's parity: cosine >= 0.999 with sentence-transformers, the doc_classifier's labels unchanged."""
+    cosine_ok = r.cosine is not None and r.cosine >= PARITY_COSINE
+    return cosine_ok and r.labels_total > 0 and r.labels_agree == r.labels_total
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the command
+
+
+def _parse_only(text: str) -> tuple[list[str], list[str]]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    keys = [v.key for v in VARIANTS]
+    unknown = [n for n in names if n not in keys and n not in PARTS]
+    if unknown:
+        raise ValueError(f"unknown variant or part {', '.join(unknown)}; choose from {', '.join([*keys, *PARTS])}")
+    variants = [n for n in names if n in keys] or keys
+    if BASELINE.key not in variants:
+        variants.insert(0, BASELINE.key)  # every ratio is to it
+    parts = [n for n in names if n in PARTS] or list(PARTS)
+    return variants, parts
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m loadtests.bench_backends", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke run: one round, batch 1 x 128, short windows")
+    parser.add_argument("--only", default="", help="comma-separated variants and/or parts "
+                        f"({', '.join(PARTS)}); the baseline {BASELINE.key} is always built")  # fmt: skip
+    parser.add_argument("--rounds", type=int, help="interleaved rounds (default 3, quick 1)")
+    parser.add_argument("--seconds", type=float, help="seconds per grid cell (default 1, quick 0.3)")
+    parser.add_argument("--clients", type=int, help="concurrent clients of a served cell (default 2)")
+    parser.add_argument("--json", type=Path, help="also write every figure (and per-round values) to this file")
+    args = parser.parse_args(argv)
+    try:
+        variants, parts = _parse_only(args.only)
+    except ValueError as exc:
+        parser.error(str(exc))
+    settings = Settings.quick() if args.quick else Settings()
+    overrides = {"rounds": args.rounds, "cell_s": args.seconds, "clients": args.clients}
+    settings = replace(settings, **{k: v for k, v in overrides.items() if v})
+
+    command = shlex.join(["python", "-m", "loadtests.bench_backends", *(sys.argv[1:] if argv is None else argv)])
+    print(bench_core.machine_line())
+    print(f"command: {command}\n", flush=True)
+    started = time.monotonic()
+    results = run(settings, variants, parts)
+    grid = grid_table(results, settings)
+    table = variants_table(results, settings)
+    line = verdict(results)
+    print(f"\nsequences/s (ratio to served {BASELINE.key} of the same cell), median of {settings.rounds} rounds\n")
+    print(grid)
+    print(f"\nvariants, parity and the doc_classifier pair on long documents "
+          f"({settings.pair_tokens[0]}-{settings.pair_tokens[1]} tokens)\n")  # fmt: skip
+    print(table)
+    print(f"\n{line}\n{len(results)} variants in {time.monotonic() - started:.0f} s")
+    if args.json:
+        payload: dict[str, Any] = {
+            "machine": bench_core.machine_line(), "command": command, "date": time.strftime("%Y-%m-%d"),
+            "settings": asdict(settings), "verdict": line, "results": [asdict(r) for r in results],
+        }  # fmt: skip
+        args.json.write_text(json.dumps(payload, indent=2))
+    failed = [r for r in results if r.error]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
