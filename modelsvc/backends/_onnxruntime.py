@@ -30,6 +30,9 @@ gpu_execution_accelerator [{ name: "tensorrt" ... }] } }`` puts the TensorRT pro
 (``precision_mode`` FP32/FP16/BF16/INT8, ``max_workspace_size_bytes`` and the ``trt_*`` keys);
 ``name: "cuda"`` sets options of the CUDA provider. ``_onnxruntime_gpu`` lists and checks every key, for
 every instance kind: a model whose GPU accelerators are wrong fails to load on a CPU-only machine too.
+``cpu_execution_accelerator [{ name: "openvino" }]`` (no parameters, as in Triton) runs the CPU instances' ONNX
+file on OpenVINO (``_openvino.onnx_instances``; ``intra_op_thread_count`` becomes OpenVINO's thread count):
+ORT's OpenVINO provider ships in a wheel that cannot sit beside onnxruntime-gpu.
 
 The options read from the config live in ``_onnxruntime_options``; the instance that runs batches in
 ``_onnxruntime_instance``. This module completes and checks configs and creates the instances.
@@ -48,7 +51,7 @@ from tritonclient.grpc import model_config_pb2
 from modelsvc.protocol import ONNX_TO_CONFIG
 
 from ._base import ConfigMismatchError, ModelConfig, ModelInstance, ModelLoadError, complete_dims
-from ._devices import placements
+from ._devices import Placement, placements
 from ._onnxruntime_gpu import CPU as _CPU
 from ._onnxruntime_gpu import CUDA as _CUDA
 from ._onnxruntime_gpu import TRT as _TRT
@@ -150,6 +153,18 @@ def _supports_batching(infos: Sequence[_TensorInfo]) -> bool:
     return all(info.dims and info.dims[0] == -1 for info in infos)
 
 
+def _openvino_instances(config: ModelConfig, artifact: Path, where: list[Placement]) -> list[ModelInstance]:
+    """CPU instances on OpenVINO for ``cpu_execution_accelerator { name: "openvino" }`` (imported only then)."""
+    try:
+        from ._openvino import onnx_instances
+    except ImportError as exc:
+        raise ModelLoadError(
+            f"model '{config.name}': cpu_execution_accelerator 'openvino' needs OpenVINO ({exc}): "
+            "pip install 'modelsvc[openvino]'"
+        ) from exc
+    return onnx_instances(config, artifact, where)
+
+
 # --- the backend ------------------------------------------------------------------------------------
 
 
@@ -239,7 +254,7 @@ class OnnxRuntimeBackend:
         """One ONNX Runtime session per instance: per ``instance_group`` entry, ``count`` (x each GPU)."""
         if not artifact.is_file():
             raise ModelLoadError(f"unable to find '{artifact}' for model '{config.name}' version {version}")
-        _check_cpu_accelerators(config)
+        openvino = _check_cpu_accelerators(config)
         accelerators = gpu_accelerators(config)  # checked for every kind: a bad key fails on any machine
         options = _session_options(config)
         run_options = _run_options(config)
@@ -250,6 +265,9 @@ class OnnxRuntimeBackend:
             raise ModelLoadError(str(exc)) from None
         instances: list[ModelInstance] = []
         try:
+            if openvino and any(place.gpu is None for place in where):
+                instances += _openvino_instances(config, artifact, [p for p in where if p.gpu is None])
+                where = [place for place in where if place.gpu is not None]
             for place in where:
                 name = place.group if place.total == 1 else f"{place.group}_{place.number}"
                 instances.append(

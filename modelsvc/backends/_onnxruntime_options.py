@@ -87,14 +87,17 @@ def _gpu_providers(config: ModelConfig, device_id: int) -> tuple[list[ProviderSp
     return gpu_providers(accelerators, device_id), accelerators.tensorrt is not None
 
 
-def _check_cpu_accelerators(config: ModelConfig) -> None:
+def _check_cpu_accelerators(config: ModelConfig) -> bool:
+    """Whether the config names the ``openvino`` CPU execution accelerator (its CPU instances then run the ONNX
+    file on OpenVINO, ``_openvino.onnx_instances``); any other name is a ModelLoadError."""
+    openvino = False
     for accelerator in config.optimization.execution_accelerators.cpu_execution_accelerator:
-        if accelerator.name == "openvino":
+        if accelerator.name != "openvino":
             raise ModelLoadError(
-                "cpu_execution_accelerator 'openvino' is not supported by modelsvc's ONNX Runtime backend; "
-                "remove it to run on ONNX Runtime's CPU provider"
+                f"model '{config.name}': unknown cpu_execution_accelerator '{accelerator.name}' (supported: openvino)"
             )
-        raise ModelLoadError(f"unknown cpu_execution_accelerator '{accelerator.name}'")
+        openvino = True
+    return openvino
 
 
 def _available(providers: list[ProviderSpec]) -> list[ProviderSpec]:

@@ -1,0 +1,139 @@
+"""An OpenVINO instance: one InferRequest of a CompiledModel that other instances share. It checks a batch's
+shapes against the compiled model's (400 naming the tensor), pads a short batch to a fixed one where
+``ENABLE_BATCH_PADDING`` asks, and carries BF16 through as raw 16-bit data."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import openvino as ov
+
+from modelsvc.protocol import InternalError, InvalidArgument, Unavailable
+
+from ._base import Arrays
+
+try:  # BF16 travels as ml_dtypes.bfloat16 arrays; OpenVINO's numpy view of a bf16 tensor is float16-typed bits
+    import ml_dtypes as _ml_dtypes
+
+    _BF16: np.dtype[Any] | None = np.dtype(_ml_dtypes.bfloat16)
+except ImportError:  # pragma: no cover - depends on the environment
+    _BF16 = None
+
+
+class _Input:
+    __slots__ = ("bf16", "dims", "name")
+
+    def __init__(self, name: str, dims: list[int] | None, bf16: bool) -> None:
+        self.name = name
+        self.dims = dims
+        self.bf16 = bf16
+
+
+class OpenVINOInstance:
+    """One InferRequest. OpenVINO releases the GIL while it infers, so the instances of one compiled model run
+    their batches at the same time, each on its own worker thread, across the model's streams."""
+
+    def __init__(
+        self,
+        name: str,
+        model: str,
+        device: str,
+        request: ov.InferRequest,
+        compiled: ov.CompiledModel,
+        fixed_batch: int | None = None,
+        batch_padding: bool = False,
+    ) -> None:
+        self.name = name
+        self.model = model
+        self.device = "cpu"
+        self.providers = [f"OpenVINO {device}"]
+        self._request: ov.InferRequest | None = request
+        self._fixed_batch = fixed_batch
+        self._padding = batch_padding
+        self._inputs: dict[str, _Input] = {}
+        for port in compiled.inputs:
+            shape = port.get_partial_shape()
+            dims = None if shape.rank.is_dynamic else [d.get_length() if d.is_static else -1 for d in shape]
+            entry = _Input(port.get_any_name(), dims, port.get_element_type() == ov.Type.bf16)
+            for alias in port.get_names():
+                self._inputs[alias] = entry
+        self._outputs = [port.get_any_name() for port in compiled.outputs]
+        self._bf16_outputs = {
+            alias for port in compiled.outputs if port.get_element_type() == ov.Type.bf16 for alias in port.get_names()
+        }
+        self._lock = threading.Lock()
+
+    def _check(self, name: str, array: np.ndarray[Any, Any]) -> None:
+        spec = self._inputs.get(name)
+        if spec is None:
+            raise InvalidArgument(f"model '{self.model}' has no input '{name}'")
+        if spec.dims is None:
+            return
+        shape = list(array.shape)
+        dims = list(spec.dims)
+        if self._fixed_batch is not None and self._padding and dims:
+            dims[0] = -1  # padded below
+        if len(shape) != len(dims) or any(d != -1 and d != s for d, s in zip(dims, shape, strict=True)):
+            raise InvalidArgument(
+                f"input '{name}' of model '{self.model}': shape {shape} does not fit the model's shape "
+                f"{['?' if d == -1 else d for d in spec.dims]}"
+            )
+
+    def _pad(self, inputs: Arrays) -> tuple[Arrays, int | None]:
+        """Pad every input's batch to the fixed batch; return the inputs and the real batch size."""
+        fixed = self._fixed_batch
+        if fixed is None or not inputs:
+            return inputs, None
+        rows = next(iter(inputs.values())).shape[0]
+        if rows == fixed:
+            return inputs, None
+        if not self._padding or rows > fixed:
+            raise InvalidArgument(
+                f"model '{self.model}' runs batches of exactly {fixed} (SKIP_OV_DYNAMIC_BATCHSIZE), got {rows}: "
+                "send full batches, or set parameter ENABLE_BATCH_PADDING to YES at a cost in compute"
+            )
+        padded = {}
+        for name, array in inputs.items():
+            pad = np.zeros((fixed - rows, *array.shape[1:]), dtype=array.dtype)
+            padded[name] = np.concatenate([array, pad])
+        return padded, rows
+
+    def execute(self, inputs: Arrays, output_names: Sequence[str]) -> Arrays:
+        """Run the request on ``inputs``; ``output_names`` empty means every model output."""
+        request = self._request
+        if request is None:
+            raise Unavailable(f"model instance '{self.name}' is closed")
+        for name, array in inputs.items():
+            self._check(name, array)
+        feed_arrays, rows = self._pad(inputs)
+        feed: dict[str, Any] = {}
+        for name, array in feed_arrays.items():
+            data = np.ascontiguousarray(array)
+            if self._inputs[name].bf16:
+                if data.dtype != _BF16:
+                    raise InvalidArgument(f"input '{name}' of model '{self.model}': expected BF16 data")
+                feed[name] = ov.Tensor(data.view(np.uint16), ov.Shape(list(data.shape)), ov.Type.bf16)
+            else:
+                feed[name] = data
+        names = list(output_names) or self._outputs
+        out: Arrays = {}
+        try:
+            with self._lock:
+                request.infer(feed, share_inputs=True, share_outputs=True)
+                for name in names:
+                    data = request.get_tensor(name).data
+                    if name in self._bf16_outputs and _BF16 is not None:
+                        data = data.view(np.uint16).view(_BF16)
+                    out[name] = np.array(data[:rows] if rows is not None else data, copy=True)
+        except (RuntimeError, TypeError, ValueError) as exc:
+            raise InternalError(f"openvino error in instance '{self.name}': {exc}") from exc
+        return out
+
+    def close(self) -> None:
+        self._request = None
+
+    def __repr__(self) -> str:
+        return f"OpenVINOInstance(name={self.name!r}, device={self.device!r}, providers={self.providers!r})"
