@@ -2,7 +2,7 @@
 
 A model config names its backend with ``backend`` or ``platform`` (Triton's names); :func:`get_backend` picks it.
 
-Adding a backend (TensorRT, PyTorch and OpenVINO come next):
+Adding a backend (the TensorRT, PyTorch and OpenVINO backends were added this way):
 
 - Implement the protocols of ``_base.py`` in ``_<name>.py`` (split into ``_<name>_*.py`` modules as it grows):
   ``Backend`` (``name``, ``autocomplete(config, artifact)``, ``create_instances(config, artifact, version)``,
@@ -63,6 +63,16 @@ def _python() -> Backend:
     return PythonBackend()
 
 
+def _pytorch() -> Backend:
+    try:
+        import torch  # noqa: F401
+    except (ImportError, OSError) as exc:
+        raise ModelLoadError(f"backend 'pytorch' needs PyTorch ({exc}): pip install 'modelsvc[pytorch]'") from exc
+    from ._pytorch import PyTorchBackend
+
+    return PyTorchBackend()
+
+
 def _tensorrt() -> Backend:
     try:
         from ._tensorrt_engine import PlanEngine
@@ -87,6 +97,7 @@ def _openvino() -> Backend:
 BACKENDS: dict[str, Callable[[], Backend]] = {
     "onnxruntime": _onnxruntime,
     "python": _python,
+    "pytorch": _pytorch,
     "tensorrt": _tensorrt,
     "openvino": _openvino,
 }
