@@ -42,23 +42,28 @@ class Variant:
     """Triton's backend name: onnxruntime, openvino, pytorch."""
     precision: str
     """fp32, bf16 or int8 (services.build's --precision)."""
+    accelerator: str = ""
+    """A cpu_execution_accelerator of the onnxruntime backend ("openvino": the ONNX model runs on OpenVINO)."""
 
     @property
     def key(self) -> str:
-        return f"{self.backend}-{self.precision}"
+        backend = f"{self.backend}+{self.accelerator}" if self.accelerator else self.backend
+        return f"{backend}-{self.precision}"
 
     @property
     def module(self) -> str:
         """The library the backend needs (its import name)."""
-        return {"onnxruntime": "onnxruntime", "openvino": "openvino", "pytorch": "torch"}[self.backend]
+        runs_on = self.accelerator or self.backend
+        return {"onnxruntime": "onnxruntime", "openvino": "openvino", "pytorch": "torch"}[runs_on]
 
     @property
     def extra(self) -> str:
-        return {"onnxruntime": "", "openvino": "openvino", "pytorch": "pytorch"}[self.backend]
+        return {"onnxruntime": "", "openvino": "openvino", "pytorch": "pytorch"}[self.accelerator or self.backend]
 
 
 VARIANTS = (
     Variant("onnxruntime", "fp32"),
+    Variant("onnxruntime", "fp32", "openvino"),
     Variant("onnxruntime", "int8"),
     Variant("openvino", "fp32"),
     Variant("openvino", "bf16"),
@@ -67,6 +72,12 @@ VARIANTS = (
     Variant("pytorch", "bf16"),
 )
 BASELINE = VARIANTS[0]
+
+
+ACCELERATOR_CONFIG = """
+# bench_backends: run the CPU instances on {name}
+optimization {{ execution_accelerators {{ cpu_execution_accelerator: [ {{ name: "{name}" }} ] }} }}
+"""
 
 
 class Unavailable(Exception):
@@ -129,9 +140,12 @@ def build_variant(variant: Variant, workdir: Path, say: Callable[[str], None]) -
     repo = workdir / variant.key
     target = repo / MODEL
     started = time.monotonic()
-    if variant == BASELINE:
+    if variant.backend == BASELINE.backend and variant.precision == BASELINE.precision:
         source = _baseline_model(say).parents[1]
         shutil.copytree(source, target)
+        if variant.accelerator:  # today's model, its CPU instances on the accelerator
+            with _config_path(target).open("a") as config:
+                config.write(ACCELERATOR_CONFIG.format(name=variant.accelerator))
     else:
         _baseline_model(say)  # the tokenizer and the committed config come with it
         build_module = _services_build()
@@ -182,12 +196,13 @@ def _describe(variant: Variant, repo: Path) -> Built:
         raise Unavailable(f"{model_dir / '1'}: no model file")
     params = {k: v.string_value for k, v in config.parameters.items()}
     runtime = backend
+    notes = [f"{backend} {files[0].name}"]
     accelerators = [a.name for a in config.optimization.execution_accelerators.cpu_execution_accelerator]
     if backend == "onnxruntime" and "openvino" in accelerators:
         runtime = "openvino"
+        notes.append("cpu_execution_accelerator openvino")
     worker = {k: v for k, v in params.items() if k.isupper()}
     worker["outputs"] = ",".join(o.name for o in config.output)
-    notes = [f"{backend} {files[0].name}"]
     if worker.get("INFERENCE_PRECISION_HINT"):
         notes.append(f"INFERENCE_PRECISION_HINT {worker['INFERENCE_PRECISION_HINT']}")
     return Built(variant, repo, files[0], runtime, worker, notes=notes)

@@ -15,7 +15,7 @@ The worker answers JSON lines on stdin with JSON lines on stdout:
                                                   ``sentence_embedding`` of a padded batch (for the parity check)
 
 KEY=VALUE are the runtime's options from the variant's config.pbtxt ``parameters`` (OpenVINO:
-INFERENCE_PRECISION_HINT, PERFORMANCE_HINT, NUM_STREAMS, INFERENCE_NUM_THREADS) and ``outputs=a,b`` (the
+INFERENCE_PRECISION_HINT or HINT_BF16, PERFORMANCE_HINT, NUM_STREAMS, INFERENCE_NUM_THREADS) and ``outputs=a,b`` (the
 config's output names in order, how a TorchScript module's tuple is read).
 """
 
@@ -59,7 +59,11 @@ def _openvino(path: str, params: dict[str, str]) -> Loaded:
     import openvino as ov
 
     core = ov.Core()
-    config = {k: params[k] for k in OPENVINO_KEYS if k in params}
+    config = {k: params[k].upper() for k in OPENVINO_KEYS if k in params}
+    if params.get("HINT_BF16", "").upper() == "YES":  # Triton's key for the same
+        config["INFERENCE_PRECISION_HINT"] = "bf16"
+    if "INFERENCE_PRECISION_HINT" in config:
+        config["INFERENCE_PRECISION_HINT"] = config["INFERENCE_PRECISION_HINT"].lower()
     config.setdefault("PERFORMANCE_HINT", "LATENCY")  # one synchronous request at a time, all cores on it
     compiled = core.compile_model(path, "CPU", config)
     request = compiled.create_infer_request()
@@ -67,7 +71,7 @@ def _openvino(path: str, params: dict[str, str]) -> Loaded:
     out_port = next((p for p in compiled.outputs if OUTPUT in p.get_names()), None)
     if out_port is None:
         raise SystemExit(f"{path}: no output {OUTPUT!r}")
-    ran = str(compiled.get_property("INFERENCE_PRECISION_HINT"))
+    ran = compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name()  # what runs, e.g. f32 for bf16 asked
 
     def run(feed: Arrays) -> Any:
         result = request.infer(feed)
