@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -165,7 +166,9 @@ def _load(artifact: Path, device: torch.device, config: ModelConfig) -> tuple[An
     """The module on ``device`` and the ``config.pbtxt`` it carries (empty when none)."""
     extra: dict[str, Any] = {EMBEDDED_CONFIG: b""}
     try:
-        module = torch.jit.load(str(artifact), map_location=device, _extra_files=extra)  # type: ignore[no-untyped-call]
+        with warnings.catch_warnings():  # torch 2.13 deprecates TorchScript, which is what Triton's backend serves
+            warnings.simplefilter("ignore", DeprecationWarning)
+            module = torch.jit.load(str(artifact), map_location=device, _extra_files=extra)  # type: ignore[no-untyped-call]
     except Exception as exc:  # torch raises RuntimeError, ValueError, pickle errors ... for a file it cannot read
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelLoadError(
