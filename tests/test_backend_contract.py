@@ -134,11 +134,24 @@ def _write_tensorrt(repo: Path, name: str, spec: Spec, config: str) -> None:
     (repo / name / "config.pbtxt").write_text(config + "instance_group [ { kind: KIND_GPU } ]\n")
 
 
+def _write_pytorch(repo: Path, name: str, spec: Spec, config: str) -> None:
+    """A scripted module, ``forward(INPUT0[, INPUT1])``, that carries its tensors in an embedded config.pbtxt (TorchScript
+    has no types or shapes of its own), so that a config that disagrees with it fails the load; skips without torch."""
+    from tests.test_pytorch_backend import AddSub, Identity, write_torchscript
+
+    def declared(names: list[str]) -> str:
+        return ", ".join(f'{{ name: "{n}" data_type: TYPE_{spec.datatype} dims: [ -1 ] }}' for n in names)
+
+    embedded = f"max_batch_size: 8\ninput [ {declared(spec.inputs)} ]\noutput [ {declared(spec.outputs)} ]\n"
+    write_torchscript(repo, name, AddSub() if spec.kind == "add_sub" else Identity(), config, embedded)
+
+
 #: one entry per backend; a new backend adds its own here
 BACKEND_CASES = [
     BackendCase("onnxruntime", _write_onnx),
     BackendCase("python", _write_python),
     pytest.param(BackendCase("tensorrt", _write_tensorrt, device="gpu:0"), marks=pytest.mark.gpu),
+    BackendCase("pytorch", _write_pytorch),
 ]
 
 ADD_SUB = Spec("add_sub", "FP32")
