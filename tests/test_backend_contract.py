@@ -135,7 +135,7 @@ def _write_tensorrt(repo: Path, name: str, spec: Spec, config: str) -> None:
 
 
 def _write_pytorch(repo: Path, name: str, spec: Spec, config: str) -> None:
-    """A scripted module, ``forward(INPUT0[, INPUT1])``, that carries its tensors in an embedded config.pbtxt (TorchScript
+    """A scripted module, ``forward(INPUT0[, INPUT1])``, carrying its tensors in an embedded config.pbtxt (TorchScript
     has no types or shapes of its own), so that a config that disagrees with it fails the load; skips without torch."""
     from tests.test_pytorch_backend import AddSub, Identity, write_torchscript
 
