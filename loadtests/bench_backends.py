@@ -65,6 +65,8 @@ class Settings:
     cell_s: float = 1.0
     """Seconds per cell (at least one call; a call that takes longer ends the cell)."""
     cell_calls: int = 50
+    max_call_s: float = 8.0
+    """A cell whose one call would take longer (predicted from the smaller batch of the same length) is skipped."""
     clients: int = 2
     """Concurrent clients of a served cell, each sending one request of batch B at a time."""
     pair_concurrency: int = 4
@@ -93,6 +95,8 @@ class Result:
     inprocess: dict[str, list[float]] = field(default_factory=dict)
     """"BxS" -> sequences/s per round."""
     served: dict[str, list[float]] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    """"BxS" -> why it was not measured (a call would take too long)."""
     pair: list[Stats] = field(default_factory=list)
     ratios: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     """"inprocess"/"served" -> "BxS" -> per-round ratio to the served baseline; "pair" -> {"c=N": [...]}"""
@@ -194,19 +198,33 @@ class Run:
 
     def measure_round(self, i: int, pair_bodies: list[bytes]) -> None:
         s = self.settings
+        per_call: dict[tuple[str, int], tuple[int, float]] = {}
+        """(variant, tokens) -> (batch, seconds per call) of the largest batch measured so far this round"""
         for batch, tokens in s.grid:
             cell = cell_key(batch, tokens)
             self.say(f"round {i + 1}/{s.rounds}: {cell}")
             for key in self.order(i):
                 result = self.results[key]
+                if key not in self.workers:
+                    continue
+                if cell in result.skipped:  # decided in the first round, so every round has the same cells
+                    continue
+                if (known := per_call.get((key, tokens))) and known[1] * batch / known[0] > s.max_call_s:
+                    predicted = known[1] * batch / known[0]
+                    result.skipped[cell] = f"~{predicted:.0f} s/call"
+                    self.say(f"  {key}: {cell} skipped, one call would take about {predicted:.0f} s")
+                    continue
                 try:
-                    if "inprocess" in self.parts and key in self.workers:
+                    if "inprocess" in self.parts:
                         got = self.workers[key].cell(batch, tokens, s.cell_calls, s.cell_s, warm=i == 0)
                         result.inprocess.setdefault(cell, []).append(got.seq_per_s)
+                        per_call[key, tokens] = (batch, got.seconds / got.calls)
                     if "served" in self.parts and key in self.models:
                         got = served_cell(self.models[key].base_url, batch, tokens, s.clients, s.cell_calls, s.cell_s,
                                           warm=i == 0)  # fmt: skip
                         result.served.setdefault(cell, []).append(got.seq_per_s)
+                        seconds = max(per_call.get((key, tokens), (batch, 0.0))[1], got.seconds / got.calls)
+                        per_call[key, tokens] = (batch, seconds)
                 except Exception as exc:
                     traceback.print_exc()
                     self.fail(key, f"{cell}: {exc}")
@@ -259,10 +277,10 @@ def run(settings: Settings, variants: Sequence[str], parts: Sequence[str]) -> li
 # the tables
 
 
-def _fmt(values: list[float], ratios: list[float] | None) -> str:
+def _fmt(values: list[float], ratios: list[float] | None, skipped: str | None = None) -> str:
     figure = median(values)
     if figure is None:
-        return "-"
+        return f"skipped ({skipped})" if skipped else "-"
     ratio = median(ratios or [])
     return f"{figure:.1f}" + ("" if ratio is None else f" ({ratio:.2f}x)")
 
@@ -278,7 +296,7 @@ def grid_table(results: Sequence[Result], settings: Settings) -> str:
             figures: dict[str, list[float]] = getattr(r, part)
             if not figures:
                 continue
-            row = [_fmt(figures.get(c, []), r.ratios.get(part, {}).get(c)) for c in cells]
+            row = [_fmt(figures.get(c, []), r.ratios.get(part, {}).get(c), r.skipped.get(c)) for c in cells]
             lines.append(f"| {r.variant} | {label} | " + " | ".join(row) + " |")
     return "\n".join(lines)
 
