@@ -209,7 +209,7 @@ class Run:
                     continue
                 if cell in result.skipped:  # decided in the first round, so every round has the same cells
                     continue
-                if (known := per_call.get((key, tokens))) and known[1] * batch / known[0] > s.max_call_s:
+                if i == 0 and (known := per_call.get((key, tokens))) and known[1] * batch / known[0] > s.max_call_s:
                     predicted = known[1] * batch / known[0]
                     result.skipped[cell] = f"~{predicted:.0f} s/call"
                     self.say(f"  {key}: {cell} skipped, one call would take about {predicted:.0f} s")
