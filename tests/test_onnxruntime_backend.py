@@ -175,8 +175,8 @@ def test_session_parameters(tmp_path: Path) -> None:
         ('parameters { key: "intra_op_thread_count" value { string_value: "many" } }', "integer"),
         ('parameters { key: "allow_cpu_fallback" value { string_value: "maybe" } }', "true/false"),
         (
-            'optimization { execution_accelerators { cpu_execution_accelerator [ { name: "openvino" } ] } }',
-            "openvino",
+            'optimization { execution_accelerators { cpu_execution_accelerator [ { name: "dnnl" } ] } }',
+            "unknown cpu_execution_accelerator 'dnnl'",
         ),
         (
             GPU_GROUP + 'optimization { execution_accelerators { gpu_execution_accelerator [ { name: "rocm" } ] } }',

@@ -23,6 +23,10 @@ except ImportError:  # pragma: no cover - depends on the environment
     _BF16 = None
 
 
+_I32 = np.iinfo(np.int32)
+_U32 = np.iinfo(np.uint32)
+
+
 class _Input:
     __slots__ = ("bf16", "dims", "name")
 
@@ -74,12 +78,23 @@ class OpenVINOInstance:
             return
         shape = list(array.shape)
         dims = list(spec.dims)
-        if self._fixed_batch is not None and self._padding and dims:
-            dims[0] = -1  # padded below
+        if self._fixed_batch is not None and dims:
+            dims[0] = -1  # ``_pad`` checks the batch
         if len(shape) != len(dims) or any(d != -1 and d != s for d, s in zip(dims, shape, strict=True)):
             raise InvalidArgument(
                 f"input '{name}' of model '{self.model}': shape {shape} does not fit the model's shape "
                 f"{['?' if d == -1 else d for d in spec.dims]}"
+            )
+
+    def _check_range(self, name: str, array: np.ndarray[Any, Any]) -> None:
+        """OpenVINO's CPU plugin computes INT64 / UINT64 in 32 bits: a value beyond that would come back wrong."""
+        if array.size == 0 or array.dtype not in (np.int64, np.uint64):
+            return
+        low, high = (_I32.min, _I32.max) if array.dtype == np.int64 else (0, _U32.max)
+        if int(array.min()) < low or int(array.max()) > high:
+            raise InvalidArgument(
+                f"input '{name}' of model '{self.model}': OpenVINO's CPU plugin computes {array.dtype.name.upper()} "
+                f"in 32 bits, and a value lies outside [{low}, {high}]"
             )
 
     def _pad(self, inputs: Arrays) -> tuple[Arrays, int | None]:
@@ -108,6 +123,7 @@ class OpenVINOInstance:
             raise Unavailable(f"model instance '{self.name}' is closed")
         for name, array in inputs.items():
             self._check(name, array)
+            self._check_range(name, array)
         feed_arrays, rows = self._pad(inputs)
         feed: dict[str, Any] = {}
         for name, array in feed_arrays.items():
