@@ -15,16 +15,21 @@ TASKS = ("auto", "feature-extraction", "sequence-classification", "token-classif
 POOLINGS = ("none", "mean", "cls")
 INT_DTYPES = ("int64", "int32")
 KINDS = ("KIND_CPU", "KIND_GPU")
+FORMATS = ("onnx", "torchscript", "openvino")
+PRECISIONS = ("fp32", "bf16", "int8")
 
 
 def add_export(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     e = commands.add_parser(
         "export",
-        help="export a transformers PyTorch model to ONNX, check it, and write its config.pbtxt",
+        help="export a transformers PyTorch model to ONNX, TorchScript or OpenVINO, check it, write its config",
         description="Export a transformers model to <DIR>/<NAME>/<VERSION>/model.onnx with torch.onnx's dynamo "
-        "exporter (dynamic batch and sequence axes), check ONNX Runtime against PyTorch on random inputs, and "
-        "write <DIR>/<NAME>/config.pbtxt (an existing one is kept unless --overwrite-config). Needs "
-        "modelsvc[export]. Exit status: 0 written, 1 the check or the export failed, 2 usage.",
+        "exporter (dynamic batch and sequence axes), or to model.pt (torch.jit.trace, platform pytorch_libtorch) "
+        "or model.xml + model.bin (OpenVINO IR, backend openvino); in fp32, bf16 or int8. Check the model's own "
+        "runtime against PyTorch fp32 on random inputs (fp32: max abs diff <= --tolerance; bf16, int8: cosine "
+        "similarity >= --min-cosine), and write <DIR>/<NAME>/config.pbtxt (an existing one is kept unless "
+        "--overwrite-config). Needs modelsvc[export] (and modelsvc[openvino] for openvino). Exit status: 0 "
+        "written, 1 the check or the export failed (nothing written), 2 usage.",
     )
     e.add_argument("model", metavar="MODEL", help="a local model folder, or a hub name already in the cache")
     e.add_argument("--model-repository", required=True, type=Path, metavar="DIR")
@@ -44,6 +49,27 @@ def add_export(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     e.add_argument(
         "--optimize", action="store_true", help="run ONNX Runtime's transformer optimizer (attention fusion)"
+    )
+    e.add_argument(
+        "--format",
+        dest="export_format",
+        choices=FORMATS,
+        default="onnx",
+        help="onnx (onnxruntime), torchscript (pytorch_libtorch) or openvino (default onnx)",
+    )
+    e.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default="fp32",
+        help="fp32 (default); bf16: torchscript bfloat16 weights, openvino INFERENCE_PRECISION_HINT bf16; "
+        "int8: onnx dynamic quantization, openvino NNCF int8 weights",
+    )
+    e.add_argument(
+        "--min-cosine",
+        type=float,
+        default=0.999,
+        metavar="X",
+        help="bf16 and int8: the smallest cosine similarity to PyTorch fp32 accepted per row (default 0.999)",
     )
     e.add_argument("--max-batch-size", type=non_negative, default=8, metavar="N", help="default 8; 0: no batching")
     e.add_argument("--no-dynamic-batching", dest="dynamic_batching", action="store_false")
@@ -104,13 +130,16 @@ def run_export(args: argparse.Namespace) -> int:
         instance_count=args.instance_count,
         kind=args.kind,
         tolerance=args.tolerance,
+        format=args.export_format,
+        precision=args.precision,
+        min_cosine=args.min_cosine,
         overwrite_config=args.overwrite_config,
         log=lambda line: print(f"modelsvc export: {line}", file=sys.stderr, flush=True),
     )
     try:
         report = export_model(options)
     except ExportCheckError as exc:
-        _print_diffs(exc.max_abs_diff, args.tolerance)
+        _print_diffs(exc.max_abs_diff, exc.min_cosine, args)
         print(f"modelsvc export: {exc}", file=sys.stderr)
         return 1
     except ExportUsageError as exc:
@@ -124,10 +153,13 @@ def run_export(args: argparse.Namespace) -> int:
         print(f"{title}:")
         for t in tensors:
             print(f"  {t.name:<{width}}  {t.datatype:<10}  {format_dims(t)}")
-    _print_diffs(report.max_abs_diff, args.tolerance)
+    _print_diffs(report.max_abs_diff, report.min_cosine, args)
     if report.fused_operators:
         print("fused: " + ", ".join(f"{op} {n}" for op, n in sorted(report.fused_operators.items())))
-    print(f"wrote {report.model_path} (opset {report.opset}, {report.task})")
+    if report.ran_precision and report.precision != "fp32":
+        print(f"OpenVINO's CPU plugin ran at {report.ran_precision} (INFERENCE_PRECISION_HINT)")
+    made = f"opset {report.opset}, " if report.opset else ""
+    print(f"wrote {report.model_path} ({made}{report.format} {report.precision}, {report.task})")
     if report.config_written:
         print(f"wrote {report.config_path}")
     else:
@@ -135,13 +167,16 @@ def run_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_diffs(diffs: dict[str, float], tolerance: float) -> None:
+def _print_diffs(diffs: dict[str, float], cosines: dict[str, float], args: argparse.Namespace) -> None:
     width = max([len("output"), *(len(name) for name in diffs)])
-    print(f"ONNX Runtime vs PyTorch on random inputs (tolerance {tolerance:g}):")
-    print(f"  {'output':<{width}}  max abs diff")
+    fp32 = args.precision == "fp32"
+    bound = f"tolerance {args.tolerance:g}" if fp32 else f"min cosine {args.min_cosine:g}"
+    print(f"{args.export_format} {args.precision} vs PyTorch fp32 on random inputs ({bound}):")
+    print(f"  {'output':<{width}}  max abs diff  min cosine")
     for name, diff in diffs.items():
-        verdict = "ok" if diff <= tolerance else "OVER"
-        print(f"  {name:<{width}}  {diff:<12.3g}  {verdict}")
+        cosine = cosines.get(name, float("nan"))
+        good = diff <= args.tolerance if fp32 else cosine >= args.min_cosine
+        print(f"  {name:<{width}}  {diff:<12.3g}  {cosine:<10.6f}  {'ok' if good else 'OVER' if fp32 else 'UNDER'}")
 
 
 def run_inspect(args: argparse.Namespace) -> int:

@@ -1,7 +1,9 @@
 """What a model file takes and gives (``modelsvc inspect``): tensors, datatypes, dims, opsets.
 
-``inspect_model(path)`` reads an ONNX model (``.onnx``, or any file that parses as one) or a TensorRT
-engine (``.plan`` / ``.engine``, where the ``tensorrt`` package is installed) and returns a ``ModelInfo``;
+``inspect_model(path)`` reads an ONNX model (``.onnx``, or any file that parses as one), a TensorRT
+engine (``.plan`` / ``.engine``, where the ``tensorrt`` package is installed), a TorchScript model (``.pt``,
+where PyTorch is) or an OpenVINO IR (``.xml`` with its ``.bin``, where OpenVINO is; ``_inspect_formats``)
+and returns a ``ModelInfo``;
 ``render_text`` and ``to_json`` turn it into a table for people or a dict for scripts. Nothing here runs
 the model. Datatypes are the model configuration's names (``TYPE_INT64``, ``TYPE_FP32``), so what is shown
 can go straight into a ``config.pbtxt``; a dynamic dim is ``-1``, with its symbolic name where the file
@@ -10,7 +12,7 @@ gives one.
 An ONNX file is read without its external data: the tensors' sizes come from their declared shapes, so a
 model of several gigabytes is inspected in the time it takes to read its graph.
 
-Errors: ``InspectError`` (missing file, a file that is not a model, ``tensorrt`` not installed).
+Errors: ``InspectError`` (missing file, a file that is not a model, the package that reads it not installed).
 """
 
 from __future__ import annotations
@@ -83,7 +85,7 @@ class ModelInfo:
     """What ``inspect_model`` found in a model file."""
 
     path: Path
-    #: ``onnx`` or ``tensorrt``
+    #: ``onnx``, ``tensorrt``, ``torchscript`` or ``openvino``
     format: str
     inputs: tuple[TensorInfo, ...]
     outputs: tuple[TensorInfo, ...]
@@ -100,8 +102,10 @@ class ModelInfo:
     external_data: tuple[str, ...] = ()
     #: TensorRT optimization profiles: per profile, per input, the (min, opt, max) shapes
     profiles: tuple[dict[str, tuple[tuple[int, ...], ...]], ...] = ()
-    #: file size in bytes
+    #: file size in bytes (with OpenVINO's .bin)
     file_bytes: int = 0
+    #: what the file does not say, or says outside its tensors (TorchScript's schema, OpenVINO's weight types)
+    notes: tuple[str, ...] = ()
 
 
 def inspect_model(path: Path | str) -> ModelInfo:
@@ -111,8 +115,13 @@ def inspect_model(path: Path | str) -> ModelInfo:
         raise InspectError(f"{path}: no such file")
     if path.is_dir():
         raise InspectError(f"{path} is a directory; give the model file (e.g. {path}/1/model.onnx)")
-    if path.suffix.lower() in _TENSORRT_SUFFIXES:
+    suffix = path.suffix.lower()
+    if suffix in _TENSORRT_SUFFIXES:
         return _inspect_tensorrt(path)
+    if suffix in (".pt", ".pth", ".xml"):
+        from ._inspect_formats import inspect_openvino, inspect_torchscript
+
+        return inspect_openvino(path) if suffix == ".xml" else inspect_torchscript(path)
     return _inspect_onnx(path)
 
 
@@ -262,6 +271,8 @@ def _inspect_tensorrt(path: Path) -> ModelInfo:
 
 def format_dims(tensor: TensorInfo) -> str:
     """``[-1 (batch), -1 (sequence), 384]``: dynamic dims with their symbolic names where known."""
+    if not tensor.dims and tensor.datatype == "unknown":
+        return "unknown"
     parts = [str(d) if name is None else f"{d} ({name})" for d, name in zip(tensor.dims, tensor.names(), strict=True)]
     return f"[{', '.join(parts)}]"
 
@@ -294,7 +305,13 @@ def _table(title: str, tensors: Iterable[TensorInfo]) -> list[str]:
 
 def render_text(info: ModelInfo) -> str:
     """A readable report: the tensors as a table, then what the file says about itself."""
-    kind = "ONNX model" if info.format == "onnx" else "TensorRT engine"
+    kinds = {
+        "onnx": "ONNX model",
+        "tensorrt": "TensorRT engine",
+        "torchscript": "TorchScript",
+        "openvino": "OpenVINO IR",
+    }
+    kind = kinds.get(info.format, info.format)
     lines = [f"{info.path} ({kind}, {_size(info.file_bytes)})"]
     lines += _table("inputs", info.inputs)
     lines += _table("outputs", info.outputs)
@@ -306,10 +323,11 @@ def render_text(info: ModelInfo) -> str:
         lines.append(f"producer: {info.producer}")
     if info.graph_name:
         lines.append(f"graph: {info.graph_name}")
-    if info.format == "onnx":
+    if info.format != "tensorrt":
         lines.append(f"parameters: {_count(info.parameter_count)}, {_size(info.parameter_bytes)}")
     if info.external_data:
         lines.append("external data: " + ", ".join(info.external_data))
+    lines += [f"note: {note}" for note in info.notes]
     for index, profile in enumerate(info.profiles):
         lines.append(f"profile {index}:")
         for name, (low, opt, high) in profile.items():
@@ -341,6 +359,7 @@ def to_json(info: ModelInfo) -> dict[str, Any]:
         "parameter_count": info.parameter_count,
         "parameter_bytes": info.parameter_bytes,
         "external_data": list(info.external_data),
+        "notes": list(info.notes),
         "profiles": [
             {name: {"min": list(s[0]), "opt": list(s[1]), "max": list(s[2])} for name, s in p.items()}
             for p in info.profiles

@@ -1,4 +1,5 @@
-"""A transformers PyTorch model to an ONNX model in a Triton model repository (``modelsvc export``).
+"""A transformers PyTorch model to an ONNX, TorchScript or OpenVINO model in a Triton model repository
+(``modelsvc export``), in fp32, bf16 or int8.
 
 ``export_model(ExportOptions(...))`` does, in order:
 
@@ -12,10 +13,16 @@
    unless the weights pass 2 GB (``_onnx``);
 4. optionally runs ONNX Runtime's transformer optimizer (``model_type="bert"``), which fuses attention,
    layer normalization and GELU into ONNX Runtime's own operators (``_optimize``);
-5. checks the ONNX model against PyTorch on random inputs of several shapes, padding included, and
-   refuses to write ``model.onnx`` when an output differs by more than the tolerance (``_check``);
-6. writes ``<repository>/<name>/<version>/model.onnx`` and, unless one exists already (a user may have
-   tuned it), ``<repository>/<name>/config.pbtxt`` (``_config``, ``_export``).
+   or, for ``--precision int8``, ONNX Runtime's dynamic quantization; for ``--format openvino`` converts
+   the ONNX model to OpenVINO IR (NNCF's int8 weight compression for int8); for ``--format torchscript``
+   traces the wrapper with ``torch.jit.trace`` instead of steps 3-4 (``_formats``);
+5. checks the written model, run by its own runtime, against PyTorch fp32 on random inputs of several
+   shapes, padding included, and refuses to write it when an output differs by more than the tolerance
+   (fp32) or a row's cosine similarity falls below ``--min-cosine`` (bf16, int8) (``_check``);
+6. writes ``<repository>/<name>/<version>/model.onnx`` (``model.pt``; ``model.xml`` + ``model.bin``) and,
+   unless one exists already (a user may have tuned it), ``<repository>/<name>/config.pbtxt`` with
+   ``backend: "onnxruntime"`` (``platform: "pytorch_libtorch"``; ``backend: "openvino"``, and the parameter
+   ``INFERENCE_PRECISION_HINT`` ``bf16`` for bf16) (``_config``, ``_export``).
 
 Why the exported graph is shaped the way it is (checked with torch 2.13, transformers 5, ONNX Runtime
 1.31) is told where it is done: the dynamo exporter in ``_onnx``, the prepared attention mask in
@@ -26,18 +33,20 @@ Errors::
 
     ExportError               anything that stops an export
     ├── ExportUsageError      bad options, a model that cannot be found or loaded, torch not installed
-    └── ExportCheckError      ONNX Runtime and PyTorch disagree beyond the tolerance
+    └── ExportCheckError      the written model and PyTorch disagree beyond the tolerance or cosine bound
 """
 
 from ._config import make_config
 from ._errors import ExportCheckError, ExportError, ExportUsageError
 from ._export import export_model
-from ._options import INT_DTYPES, KINDS, POOLINGS, TASKS, ExportOptions, ExportReport
+from ._options import FORMATS, INT_DTYPES, KINDS, POOLINGS, PRECISIONS, TASKS, ExportOptions, ExportReport
 
 __all__ = [
+    "FORMATS",
     "INT_DTYPES",
     "KINDS",
     "POOLINGS",
+    "PRECISIONS",
     "TASKS",
     "ExportCheckError",
     "ExportError",

@@ -17,7 +17,7 @@ from ..inspect_model import TensorInfo
 from ._errors import ExportError
 from ._options import ExportOptions
 
-__all__ = ["config_mismatches", "config_tensor", "make_config", "write_text"]
+__all__ = ["FORMAT_BACKENDS", "config_mismatches", "config_tensor", "make_config", "write_text"]
 
 
 def config_tensor(tensor: TensorInfo, batched: bool) -> TensorInfo:
@@ -28,11 +28,24 @@ def config_tensor(tensor: TensorInfo, batched: bool) -> TensorInfo:
     return TensorInfo(tensor.name, tensor.datatype, tensor.dims[1:], tensor.names()[1:])
 
 
-def make_config(options: ExportOptions, inputs: Sequence[TensorInfo], outputs: Sequence[TensorInfo]) -> str:
+#: per format, the config's backend (or platform, where Triton names the runtime by it)
+FORMAT_BACKENDS = {
+    "onnx": ("backend", "onnxruntime"),
+    "torchscript": ("platform", "pytorch_libtorch"),
+    "openvino": ("backend", "openvino"),
+}
+
+
+def make_config(
+    options: ExportOptions,
+    inputs: Sequence[TensorInfo],
+    outputs: Sequence[TensorInfo],
+    parameters: dict[str, str] | None = None,
+) -> str:
     """The text of config.pbtxt for the model's tensors (as the config declares them) and the options."""
-    config = model_config_pb2.ModelConfig(
-        name=options.model_name, backend="onnxruntime", max_batch_size=options.max_batch_size
-    )
+    field_name, runtime = FORMAT_BACKENDS[options.format]
+    config = model_config_pb2.ModelConfig(name=options.model_name, max_batch_size=options.max_batch_size)
+    setattr(config, field_name, runtime)
     for tensor in inputs:
         config.input.add(
             name=tensor.name, data_type=model_config_pb2.DataType.Value(tensor.datatype), dims=list(tensor.dims)
@@ -49,8 +62,12 @@ def make_config(options: ExportOptions, inputs: Sequence[TensorInfo], outputs: S
     config.instance_group.add(
         count=options.instance_count, kind=model_config_pb2.ModelInstanceGroup.Kind.Value(options.kind)
     )
+    for key, value in (parameters or {}).items():
+        config.parameters[key].string_value = value
+    plain = options.format == "onnx" and options.precision == "fp32"
+    made = "" if plain else f" ({options.format}, {options.precision})"
     header = (
-        f"# Written by `modelsvc export` from {options.model}. Yours to edit: export keeps an existing\n"
+        f"# Written by `modelsvc export` from {options.model}{made}. Yours to edit: export keeps an existing\n"
         "# config.pbtxt unless given --overwrite-config.\n"
     )
     return header + text_format.MessageToString(config)

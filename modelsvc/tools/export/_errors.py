@@ -4,7 +4,7 @@ Errors::
 
     ExportError               anything that stops an export
     ├── ExportUsageError      bad options, a model that cannot be found or loaded, torch not installed
-    └── ExportCheckError      ONNX Runtime and PyTorch disagree beyond the tolerance
+    └── ExportCheckError      the written model and PyTorch disagree beyond the tolerance or cosine bound
 """
 
 from __future__ import annotations
@@ -21,12 +21,17 @@ class ExportUsageError(ExportError):
 
 
 class ExportCheckError(ExportError):
-    """ONNX Runtime's outputs differ from PyTorch's beyond the tolerance; model.onnx was not written."""
+    """The written model's outputs differ from PyTorch's beyond the tolerance (fp32) or the cosine bound
+    (bf16, int8); the model was not written."""
 
-    def __init__(self, message: str, max_abs_diff: dict[str, float]) -> None:
+    def __init__(
+        self, message: str, max_abs_diff: dict[str, float], min_cosine: dict[str, float] | None = None
+    ) -> None:
         super().__init__(message)
         #: per output, the measured max abs difference
         self.max_abs_diff = max_abs_diff
+        #: per output, the smallest cosine similarity of a row to PyTorch fp32's
+        self.min_cosine = min_cosine or {}
 
 
 def first_line(exc: BaseException) -> str:

@@ -1,5 +1,6 @@
-"""The whole export: load, export, optimize, check in a scratch folder, then move model.onnx in and write
-config.pbtxt. A failed export leaves no half-made model folder (nor a new empty repository) behind.
+"""The whole export: load, export (ONNX, then optimize, quantize or convert to OpenVINO; or trace to
+TorchScript), check in a scratch folder, then move the model files in and write config.pbtxt. A failed
+export leaves no half-made model folder (nor a new empty repository) behind.
 """
 
 from __future__ import annotations
@@ -15,11 +16,22 @@ from typing import Any
 import numpy as np
 import onnx
 
+from .._inspect_formats import openvino_tensors
 from ..inspect_model import TensorInfo, onnx_tensors
-from ._check import check
+from ._check import Comparison, Run, check
 from ._config import config_mismatches, config_tensor, make_config, write_text
 from ._errors import ExportCheckError, ExportUsageError
-from ._inputs import SEED, TRACE_SHAPE, random_inputs
+from ._formats import (
+    OPENVINO_HINT,
+    import_openvino,
+    onnx_int8,
+    onnx_runner,
+    openvino_convert,
+    openvino_runner,
+    torchscript_export,
+    torchscript_runner,
+)
+from ._inputs import SEED, TRACE_SHAPE, Feeds, random_inputs
 from ._load import Torch, import_torch, load, transformers_quiet
 from ._onnx import default_opset, quiet_torch_export, torch_export
 from ._optimize import optimize
@@ -28,7 +40,8 @@ from ._wrapper import Plan, make_plan, wrap
 
 __all__ = ["export_model"]
 
-_MODEL_FILE = "model.onnx"
+_MODEL_FILES = {"onnx": "model.onnx", "torchscript": "model.pt", "openvino": "model.xml"}
+_ONNX_FILE = "model.onnx"
 _CONFIG_FILE = "config.pbtxt"
 # ONNX's protobuf limit is 2 GiB; above this, weights go to an external data file next to model.onnx
 _EXTERNAL_DATA_BYTES = 1_900_000_000
@@ -42,11 +55,71 @@ def _folder_bytes(folder: Path) -> int:
 class _Exported:
     """What the scratch-folder stage hands back."""
 
-    max_abs_diff: dict[str, float]
+    comparison: Comparison
     fused_operators: dict[str, int]
     inputs: list[TensorInfo]
     outputs: list[TensorInfo]
     opset: int
+    ran_precision: str
+    parameters: dict[str, str]
+
+
+def _onnx_stage(
+    options: ExportOptions, mods: Torch, model: Any, config: Any, plan: Plan, work: Path, final: Path,
+    trace: Feeds, timings: dict[str, float],
+) -> tuple[dict[str, int], int]:
+    """Export to ONNX at ``final`` (optimized when asked), plain at ``work/exported`` otherwise kept there."""
+    log = options.log
+    direct = options.format == "onnx" and not options.optimize and options.precision == "fp32"
+    exported = final if direct else work / "exported" / _ONNX_FILE
+    exported.parent.mkdir(exist_ok=True)
+    started = time.monotonic()
+    module = wrap(mods.torch, model, plan, prepared_mask=options.optimize)
+    program = torch_export(mods, module, trace, plan, options.opset)
+    produced = default_opset(program.model_proto)
+    if produced != options.opset:
+        raise ExportUsageError(
+            f"torch.onnx wrote opset {produced}, not the {options.opset} asked for "
+            "(its converter could not take this model there); choose another opset, 18 is the exporter's own"
+        )
+    with quiet_torch_export():
+        program.save(str(exported))
+    del program
+    timings["export"] = time.monotonic() - started
+    log(f"exported with opset {produced} in {timings['export']:.1f} s")
+
+    fused: dict[str, int] = {}
+    if options.optimize:
+        started = time.monotonic()
+        large = _folder_bytes(exported.parent) > _EXTERNAL_DATA_BYTES
+        fused = optimize(exported, final, config, large)
+        timings["optimize"] = time.monotonic() - started
+        summary = ", ".join(f"{op} {n}" for op, n in sorted(fused.items())) or "nothing"
+        log(f"optimized in {timings['optimize']:.1f} s; fused: {summary}")
+        if not fused.get("Attention") and not fused.get("MultiHeadAttention"):
+            log(
+                "warning: ONNX Runtime's optimizer fused no attention: the model's attention subgraph is not "
+                "one its BERT fusion matches; the model is correct, it only runs without the fused kernel"
+            )
+    elif options.format == "onnx" and options.precision == "int8":
+        started = time.monotonic()
+        onnx_int8(exported, final)
+        timings["quantize"] = time.monotonic() - started
+        log(f"quantized (ONNX Runtime dynamic int8, per channel) in {timings['quantize']:.1f} s")
+    return fused, produced
+
+
+def _tensors_of_run(plan: Plan, run: Run, trace: Feeds) -> tuple[list[TensorInfo], list[TensorInfo]]:
+    """TorchScript records no datatypes nor shapes: the inputs as traced, the outputs as a run gives them."""
+    int_type = "TYPE_INT32" if plan.int_dtype == "int32" else "TYPE_INT64"
+    axes = ("batch", "sequence")
+    inputs = [TensorInfo(name, int_type, (-1, -1), axes) for name in plan.input_names]
+    outputs = []
+    for name, value in zip(plan.output_names, run(trace), strict=True):
+        lead = 2 if name in plan.per_token else 1
+        dims = (-1,) * lead + tuple(int(d) for d in value.shape[lead:])
+        outputs.append(TensorInfo(name, "TYPE_FP32", dims, axes[:lead]))
+    return inputs, outputs
 
 
 def _export_into(
@@ -58,72 +131,95 @@ def _export_into(
     model_dir: Path,
     timings: dict[str, float],
 ) -> _Exported:
-    """Export, optimize and check in a scratch folder inside ``model_dir``; move model.onnx in when it passes."""
+    """Export (and optimize, quantize, convert) and check in a scratch folder inside ``model_dir``; move the
+    model files into the version folder when the check passes."""
     log = options.log
     version_dir = model_dir / str(options.version)
+    model_file = _MODEL_FILES[options.format]
+    ov = import_openvino(options.precision) if options.format == "openvino" else None
     with tempfile.TemporaryDirectory(prefix=".export-", dir=model_dir) as scratch:
         work = Path(scratch)
         final_dir = work / "final"
         final_dir.mkdir()
-        exported = work / "exported" / _MODEL_FILE if options.optimize else final_dir / _MODEL_FILE
-        exported.parent.mkdir(exist_ok=True)
-
-        started = time.monotonic()
+        final = final_dir / model_file
         trace = random_inputs(np.random.default_rng(SEED), config, plan, *TRACE_SHAPE, pad=True)
-        module = wrap(mods.torch, model, plan, prepared_mask=options.optimize)
-        program = torch_export(mods, module, trace, plan, options.opset)
-        produced = default_opset(program.model_proto)
-        if produced != options.opset:
-            raise ExportUsageError(
-                f"torch.onnx wrote opset {produced}, not the {options.opset} asked for "
-                "(its converter could not take this model there); choose another opset, 18 is the exporter's own"
-            )
-        with quiet_torch_export():
-            program.save(str(exported))
-        del program
-        timings["export"] = time.monotonic() - started
-        log(f"exported with opset {produced} in {timings['export']:.1f} s")
-
         fused: dict[str, int] = {}
-        if options.optimize:
+        opset = 0
+        ran = ""
+        parameters: dict[str, str] = {}
+        if options.format == "torchscript":
             started = time.monotonic()
-            large = _folder_bytes(exported.parent) > _EXTERNAL_DATA_BYTES
-            fused = optimize(exported, final_dir / _MODEL_FILE, config, large)
-            timings["optimize"] = time.monotonic() - started
-            shown = ", ".join(f"{op} {n}" for op, n in sorted(fused.items())) or "nothing"
-            log(f"optimized in {timings['optimize']:.1f} s; fused {shown}")
-            if not fused.get("Attention") and not fused.get("MultiHeadAttention"):
-                log(
-                    "warning: ONNX Runtime's optimizer fused no attention: the model's attention subgraph is not "
-                    "one its BERT fusion matches; the model is correct, it only runs without the fused kernel"
-                )
+            torchscript_export(mods, model, plan, trace, final, options.precision)
+            timings["export"] = time.monotonic() - started
+            log(f"traced to TorchScript ({options.precision}) in {timings['export']:.1f} s")
+            run = torchscript_runner(mods, final, plan)
+        else:
+            fused, opset = _onnx_stage(options, mods, model, config, plan, work, final, trace, timings)
+            if ov is not None:
+                started = time.monotonic()
+                openvino_convert(ov, work / "exported" / _ONNX_FILE, final, options.precision)
+                timings["convert"] = time.monotonic() - started
+                log(f"converted to OpenVINO IR ({options.precision}) in {timings['convert']:.1f} s")
+                run, ran = openvino_runner(ov, final, plan, options.precision)
+                if options.precision == "bf16":
+                    parameters[OPENVINO_HINT] = "bf16"
+                    if ran != "bf16":
+                        log(
+                            f"note: this CPU's OpenVINO plugin runs {ran} for {OPENVINO_HINT} bf16 (no native "
+                            "bf16: AVX-512 BF16 or AMX); the check measured what it ran"
+                        )
+            else:
+                run = onnx_runner(final, plan)
 
         started = time.monotonic()
         reference = wrap(mods.torch, model, plan, prepared_mask=False)
-        diffs, where = check(mods, reference, final_dir / _MODEL_FILE, config, plan)
+        comparison = check(mods, reference, run, config, plan)
         timings["check"] = time.monotonic() - started
         log(f"checked against PyTorch in {timings['check']:.1f} s")
-        over = {name: d for name, d in diffs.items() if not d <= options.tolerance}
-        if over:
-            name, diff = max(over.items(), key=lambda item: item[1])
-            raise ExportCheckError(
-                f"ONNX Runtime and PyTorch differ on output {name!r}: max abs diff {diff:.3g} > tolerance "
-                f"{options.tolerance:g} ({where[name]}); {_MODEL_FILE} not written",
-                diffs,
-            )
+        _verdict(options, comparison, model_file)
 
-        onnx_model = onnx.load(str(final_dir / _MODEL_FILE), load_external_data=False)
-        full_inputs, full_outputs = onnx_tensors(onnx_model)
+        if options.format == "onnx":
+            onnx_model = onnx.load(str(final), load_external_data=False)
+            full_inputs, full_outputs = onnx_tensors(onnx_model)
+            opset = default_opset(onnx_model)
+            del onnx_model
+        elif ov is not None:
+            full_inputs, full_outputs = openvino_tensors(ov.Core().read_model(str(final)))
+        else:
+            ran_inputs, ran_outputs = _tensors_of_run(plan, run, trace)
+            full_inputs, full_outputs = tuple(ran_inputs), tuple(ran_outputs)
         batched = options.max_batch_size > 0
         inputs = [config_tensor(t, batched) for t in full_inputs]
         outputs = [config_tensor(t, batched) for t in full_outputs]
-        opset = default_opset(onnx_model)
-        del onnx_model
 
         version_dir.mkdir(exist_ok=True)
         for item in final_dir.iterdir():
             os.replace(item, version_dir / item.name)
-    return _Exported(diffs, fused, inputs, outputs, opset)
+    return _Exported(comparison, fused, inputs, outputs, opset, ran, parameters)
+
+
+def _verdict(options: ExportOptions, comparison: Comparison, model_file: str) -> None:
+    """Raise ExportCheckError where an output is over the tolerance (fp32) or under the cosine (bf16, int8)."""
+    if options.precision == "fp32":
+        over = {n: d for n, d in comparison.max_abs_diff.items() if not d <= options.tolerance}
+        if over:
+            name, diff = max(over.items(), key=lambda item: item[1])
+            raise ExportCheckError(
+                f"the {options.format} model and PyTorch differ on output {name!r}: max abs diff {diff:.3g} > "
+                f"tolerance {options.tolerance:g} ({comparison.where[name]}); {model_file} not written",
+                comparison.max_abs_diff,
+                comparison.min_cosine,
+            )
+        return
+    under = {n: c for n, c in comparison.min_cosine.items() if not c >= options.min_cosine}
+    if under:
+        name, cosine = min(under.items(), key=lambda item: item[1])
+        raise ExportCheckError(
+            f"the {options.format} {options.precision} model is too far from PyTorch fp32 on output {name!r}: "
+            f"cosine similarity {cosine:.5f} < {options.min_cosine:g} (--min-cosine); {model_file} not written",
+            comparison.max_abs_diff,
+            comparison.min_cosine,
+        )
 
 
 def export_model(options: ExportOptions) -> ExportReport:
@@ -155,12 +251,12 @@ def export_model(options: ExportOptions) -> ExportReport:
             with contextlib.suppress(OSError):
                 folder.rmdir()
         raise
-    model_path = version_dir / _MODEL_FILE
+    model_path = version_dir / _MODEL_FILES[options.format]
 
     config_path = model_dir / _CONFIG_FILE
     written = options.overwrite_config or not config_path.exists()
     if written:
-        write_text(config_path, make_config(options, done.inputs, done.outputs))
+        write_text(config_path, make_config(options, done.inputs, done.outputs, done.parameters))
     else:
         log(f"kept the existing {config_path} (--overwrite-config replaces it)")
         for problem in config_mismatches(config_path, done.inputs, done.outputs):
@@ -173,9 +269,13 @@ def export_model(options: ExportOptions) -> ExportReport:
         config_written=written,
         inputs=done.inputs,
         outputs=done.outputs,
-        max_abs_diff=done.max_abs_diff,
+        max_abs_diff=done.comparison.max_abs_diff,
         fused_operators=done.fused_operators,
         opset=done.opset,
         task=task,
         timings=timings,
+        format=options.format,
+        precision=options.precision,
+        min_cosine=done.comparison.min_cosine,
+        ran_precision=done.ran_precision,
     )

@@ -77,8 +77,8 @@ def wrap(torch: Any, model: Any, plan: Plan, prepared_mask: bool) -> Any:
     With ``prepared_mask`` the additive 4-D attention mask is built here, in the form ONNX Runtime's
     attention fusion recognizes (see this module's docstring); without it the model builds its own.
     """
-    fp32 = torch.float32
-    lowest = torch.finfo(fp32).min
+    dtype = next(iter(model.parameters())).dtype  # float32, or bfloat16 for a bf16 TorchScript trace
+    lowest = torch.finfo(dtype).min
 
     class Exportable(torch.nn.Module):  # type: ignore[misc]  # torch is imported lazily, typed Any
         def __init__(self) -> None:
@@ -93,7 +93,7 @@ def wrap(torch: Any, model: Any, plan: Plan, prepared_mask: bool) -> Any:
                 kwargs["token_type_ids"] = token_type_ids.to(torch.int64)
             if prepared_mask:
                 batch, length = mask.shape
-                expanded = mask[:, None, None, :].expand(batch, 1, length, length).to(fp32)
+                expanded = mask[:, None, None, :].expand(batch, 1, length, length).to(dtype)
                 inverted = 1.0 - expanded
                 kwargs["attention_mask"] = inverted.masked_fill(inverted.to(torch.bool), lowest)
             out = self.inner(**kwargs)
