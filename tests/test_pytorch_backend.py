@@ -300,6 +300,42 @@ def test_an_embedded_config_completes_and_checks_the_config(tmp_path: Path) -> N
         ModelRepository(tmp_path, gpus=()).load("bad")
 
 
+def test_a_model_file_that_carries_its_config_needs_no_config_pbtxt(tmp_path: Path) -> None:
+    embedded = 'input [ { name: "INPUT0" data_type: TYPE_INT16 dims: [ 2 ] } ] ' + (
+        'output [ { name: "OUTPUT0" data_type: TYPE_INT16 dims: [ 2 ] } ]'
+    )
+    write_torchscript(tmp_path, "m", Identity(), "", embedded)
+    (tmp_path / "m" / "config.pbtxt").unlink()
+    (instance,) = load(tmp_path, "m")  # the backend comes from model.pt, the tensors from the file
+    array = np.array([3, -4], np.int16)
+    np.testing.assert_array_equal(instance.execute({"INPUT0": array}, [])["OUTPUT0"], array)
+
+
+@pytest.mark.gpu
+def test_a_gpu_instance_runs_on_cuda(tmp_path: Path) -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("needs PyTorch built with CUDA and an NVIDIA GPU")
+    gpu = "{ kind: KIND_GPU gpus: [ 0 ] }"
+    extra = param("ENABLE_CACHE_CLEANING", "true")
+    write_torchscript(tmp_path, "m", AddSub(), add_sub_config("m", extra).replace("{ kind: KIND_CPU }", gpu))
+    bf16 = cfg("bf16", [("INPUT0", "BF16", "-1")], [("OUTPUT0", "BF16", "-1")]).replace("{ kind: KIND_CPU }", gpu)
+    write_torchscript(tmp_path, "bf16", Identity(), bf16)
+    source = ModelRepository(tmp_path).load("m")
+    (instance,) = get_backend(source.config).create_instances(source.config, source.artifact(1), 1)
+    assert instance.device == "gpu:0"
+    assert "cuda:0" in instance.providers[0]
+    a, b = np.full((2, 3), 4, np.float32), np.ones((2, 3), np.float32)
+    np.testing.assert_array_equal(instance.execute({"INPUT0": a, "INPUT1": b}, ["OUTPUT0"])["OUTPUT0"], a + b)
+    with pytest.raises(InternalError):  # shapes that do not fit each other, on the GPU
+        instance.execute({"INPUT0": a, "INPUT1": np.ones((2, 4), np.float32)}, [])
+    source = ModelRepository(tmp_path).load("bf16")
+    (half,) = get_backend(source.config).create_instances(source.config, source.artifact(1), 1)
+    array = np.linspace(-1, 1, 8).astype(ml_dtypes.bfloat16).reshape(2, 4)
+    np.testing.assert_array_equal(half.execute({"INPUT0": array}, [])["OUTPUT0"], array)
+    instance.close()
+    half.close()
+
+
 def test_kind_gpu_without_cuda_is_refused(tmp_path: Path) -> None:
     if torch.cuda.is_available():
         pytest.skip("checks the refusal where PyTorch sees no CUDA device")
@@ -414,6 +450,15 @@ def test_serving_an_onnx_model_imports_neither_torch_nor_openvino(tmp_path: Path
 # --- a real server --------------------------------------------------------------------------------------------
 
 HELD = "dynamic_batching { preferred_batch_size: [ 4 ] max_queue_delay_microseconds: 30000000 }"
+#: a batching model with TYPE_STRING tensors: one dimension in all, so dims [ 1 ] reshaped to [ ] per item
+STRINGS_BATCHED = """name: "upper"
+backend: "pytorch"
+max_batch_size: 4
+input [ { name: "text" data_type: TYPE_STRING dims: [ 1 ] reshape { shape: [ ] } } ]
+output [ { name: "UPPER__0" data_type: TYPE_STRING dims: [ 1 ] reshape { shape: [ ] } },
+         { name: "LENGTHS__1" data_type: TYPE_INT64 dims: [ 1 ] reshape { shape: [ ] } } ]
+dynamic_batching { }
+"""
 
 
 @pytest.fixture(scope="module")
@@ -427,6 +472,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelsvcProcess
         cfg("indexed", [("INPUT__0", "INT32", "-1"), ("INPUT__1", "INT32", "-1")], [("OUTPUT__1", "INT32", "-1")]),
     )
     write_torchscript(repo, "add_sub", AddSub(), add_sub_config("add_sub", "dynamic_batching { }"))
+    write_torchscript(repo, "upper", Upper(), STRINGS_BATCHED)
     held = cfg("held", [("INPUT0", "FP32", "-1"), ("INPUT1", "FP32", "-1")], [("OUTPUT0", "FP32", "-1")], HELD)
     write_torchscript(repo, "held", AddSub(), held.replace("KIND_CPU", "KIND_CPU count: 2"))
     proc = ModelsvcProcess(repo).start()
@@ -453,6 +499,14 @@ def test_http_and_grpc_inference(server: ModelsvcProcess) -> None:
             inputs.append(grpcclient.InferInput(name, list(array.shape), "INT32"))
             inputs[-1].set_data_from_numpy(array)
         np.testing.assert_array_equal(grpc.infer("indexed", inputs).as_numpy("OUTPUT__1"), a * b)
+
+
+def test_strings_in_a_batch(server: ModelsvcProcess) -> None:
+    text = np.array([[b"ab"], [b"cde"]], dtype=np.object_)
+    with httpclient.InferenceServerClient(server.url) as client:
+        result = client.infer("upper", [infer_input("text", text)])
+    assert result.as_numpy("UPPER__0").tolist() == [[b"AB"], [b"CDE"]]
+    assert result.as_numpy("LENGTHS__1").tolist() == [[2], [3]]
 
 
 def test_a_shape_error_inside_forward_is_a_500_and_the_server_serves_on(server: ModelsvcProcess) -> None:
