@@ -370,7 +370,7 @@ def test_parameters_are_read_as_triton_reads_them(tmp_path: Path) -> None:
             ("INFERENCE_MODE", "false"),
             ("ENABLE_WEIGHT_SHARING", "on"),
             ("ENABLE_CACHE_CLEANING", "1"),
-            ("ENABLE_JIT_PROFILING", "FALSE"),
+            ("ENABLE_JIT_PROFILING", "FALSE"),  # read here; set by create_instances only (process-wide)
             ("INTRA_OP_THREAD_COUNT", "0"),
         ]
     )
@@ -380,10 +380,40 @@ def test_parameters_are_read_as_triton_reads_them(tmp_path: Path) -> None:
     options = parse_options(source.config)
     assert (options.optimized_execution, options.inference_mode, options.weight_sharing) == (False, False, True)
     assert (options.cache_cleaning, options.jit_profiling, options.intra_op_threads) == (True, False, None)
-    created = load(tmp_path, "m")
+    source.config.parameters.pop("ENABLE_JIT_PROFILING")  # process-wide: not in the test process
+    created = get_backend(source.config).create_instances(source.config, source.artifact(1), 1)
     assert created[0]._module is created[1]._module  # type: ignore[attr-defined]  # weights shared
     a = np.ones((1, 2), np.float32)
     np.testing.assert_array_equal(created[0].execute({"INPUT0": a, "INPUT1": a}, [])["OUTPUT0"], a + a)
+
+
+#: in a process of its own: the settings are process-wide
+GLOBAL_SETTINGS = """
+import logging, sys
+from pathlib import Path
+import torch
+from modelsvc.backends import get_backend
+from modelsvc.repository import ModelRepository
+logging.basicConfig(level=logging.WARNING, stream=sys.stdout, format="%(message)s")
+torch._C._jit_set_profiling_mode(True)
+for name in ("first", "second"):
+    source = ModelRepository(Path(sys.argv[1]), gpus=()).load(name)
+    get_backend(source.config).create_instances(source.config, source.artifact(1), 1)
+print("threads", torch.get_num_threads(), torch.get_num_interop_threads(), torch._C._jit_set_profiling_mode(True))
+"""
+
+
+def test_process_wide_settings_are_set_by_the_first_model(tmp_path: Path) -> None:
+    first = param("INTRA_OP_THREAD_COUNT", "1") + param("INTER_OP_THREAD_COUNT", "1")
+    write_torchscript(tmp_path, "first", AddSub(), add_sub_config("first", first + param("ENABLE_JIT_PROFILING", "0")))
+    second = param("INTRA_OP_THREAD_COUNT", "2") + param("INTER_OP_THREAD_COUNT", "1")
+    write_torchscript(tmp_path, "second", AddSub(), add_sub_config("second", second))
+    command = [sys.executable, "-c", GLOBAL_SETTINGS, str(tmp_path)]
+    out = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.stdout.strip().splitlines()[-1] == "threads 1 1 False", out.stdout + out.stderr
+    assert "model 'second': parameter INTRA_OP_THREAD_COUNT=2 is ignored" in out.stdout
+    assert "model 'first' set it to 1 first" in out.stdout
+    assert "INTER_OP_THREAD_COUNT" not in out.stdout  # the same value: nothing to say
 
 
 # --- request-time errors and instances side by side -----------------------------------------------------------
