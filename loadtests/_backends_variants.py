@@ -14,14 +14,14 @@ them on the baseline (bench_backends counts them).
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
-import inspect
 import json
 import re
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +97,9 @@ class Built:
     """The worker's KEY=VALUE options, from the config's parameters."""
     build_s: float = 0.0
     notes: list[str] = field(default_factory=list)
+    """What runs (the table's "runs as")."""
+    build_notes: list[str] = field(default_factory=list)
+    """What the export said (its own parity check), or that the build came from the cache."""
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -124,22 +127,79 @@ def _baseline_model(say: Callable[[str], None]) -> Path:
     return Path(build_module.model_file("doc_classifier"))
 
 
-def _supports_backends(build_module: Any) -> bool:
-    """Whether services.build can build other backends and precisions (issue 15)."""
+FORMATS = {"onnxruntime": "onnx", "openvino": "openvino", "pytorch": "torchscript"}
+"""backend -> ``modelsvc export --format``"""
+
+
+EXPORT_MIN_COSINE = 0.9
+"""The export's own bound, lowered (its default is 0.999 on every output, per token for last_hidden_state) so that
+a variant just short of parity is built and measured; parity is judged here, on sentence_embedding and labels."""
+
+
+def _export(variant: Variant, baseline: Path, repo: Path, say: Callable[[str], None]) -> list[str]:
+    """``modelsvc export --format F --precision P`` of the services' source model into ``repo``, its config then
+    made the doc_classifier's (batching, padding, instances) with the export's backend, tensors and parameters."""
     try:
-        params = inspect.signature(build_module.build).parameters
-    except (AttributeError, TypeError, ValueError):
-        return False
-    return "backend" in params and "precision" in params
+        from modelsvc.tools.export import ExportError, ExportOptions, export_model
+    except ImportError as exc:
+        raise Unavailable(f"modelsvc export cannot run: {exc}") from None
+    if "format" not in {f.name for f in fields(ExportOptions)}:
+        raise Unavailable("modelsvc export has no --format/--precision here")
+    options = ExportOptions(
+        model=str(_services_build()._source()), model_repository=repo, model_name=MODEL, pooling="mean",
+        format=FORMATS[variant.backend], precision=variant.precision, max_batch_size=GRID_MAX_BATCH,
+        max_queue_delay_microseconds=2000, overwrite_config=True, log=lambda line: say(f"    {line}"),
+        min_cosine=EXPORT_MIN_COSINE,
+    )  # fmt: skip
+    try:
+        report = export_model(options)
+    except ExportError as exc:  # the export's own refusal: a precision that loses parity, a format it cannot write
+        raise Unavailable(f"modelsvc export refused: {str(exc).splitlines()[0][:200]}") from None
+    except ImportError as exc:
+        raise Unavailable(f"modelsvc export needs {exc.name}: {exc}") from None
+    cosines: dict[str, float] = getattr(report, "min_cosine", {})
+    notes = []
+    if cosines:
+        notes.append("export's check, min cosine " + ", ".join(f"{k} {v:.4f}" for k, v in cosines.items()))
+        say(f"    {notes[-1]}")
+    if ran := getattr(report, "ran_precision", ""):
+        notes.append(f"export ran {ran}")
+    path = _config_path(repo / MODEL)
+    path.write_text(merged_config(_config_path(baseline.parents[1]).read_text(), path.read_text()))
+    return notes
 
 
-def build_variant(variant: Variant, workdir: Path, say: Callable[[str], None]) -> Built:
-    """``variant`` built into ``workdir/<key>/minilm``; Unavailable when it cannot be built here."""
+def merged_config(service_text: str, exported_text: str) -> str:
+    """The service's config (dynamic batching, padding, instances) with the exported model's backend or platform,
+    model file, tensors and parameters."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
+    service = text_format.Parse(service_text, model_config_pb2.ModelConfig())
+    exported = text_format.Parse(exported_text, model_config_pb2.ModelConfig())
+    for name in ("backend", "platform", "default_model_filename"):
+        setattr(service, name, getattr(exported, name))
+    del service.input[:]
+    service.input.extend(exported.input)
+    del service.output[:]
+    service.output.extend(exported.output)
+    for key, value in exported.parameters.items():
+        service.parameters[key].CopyFrom(value)
+    header = "# bench_backends: the doc_classifier's config with the exported model's backend, tensors, parameters\n"
+    return header + text_format.MessageToString(service)
+
+
+def build_variant(variant: Variant, workdir: Path, say: Callable[[str], None], cache: Path | None = None) -> Built:
+    """``variant`` built into ``workdir/<key>/minilm``; Unavailable when it cannot be built here.
+
+    With ``cache``, an exported variant is kept in ``cache/<key>`` and reused while the exporter's code, the
+    source model and this module are unchanged (``stamp``); a refusal is remembered the same way."""
     if problem := _missing_module(variant):
         raise Unavailable(problem)
     repo = workdir / variant.key
     target = repo / MODEL
     started = time.monotonic()
+    notes: list[str] = []
     if variant.backend == BASELINE.backend and variant.precision == BASELINE.precision:
         source = _baseline_model(say).parents[1]
         shutil.copytree(source, target)
@@ -147,26 +207,62 @@ def build_variant(variant: Variant, workdir: Path, say: Callable[[str], None]) -
             with _config_path(target).open("a") as config:
                 config.write(ACCELERATOR_CONFIG.format(name=variant.accelerator))
     else:
-        _baseline_model(say)  # the tokenizer and the committed config come with it
-        build_module = _services_build()
-        if not _supports_backends(build_module):
-            raise Unavailable("services.build has no --backend/--precision yet")
-        root = repo / "services"
-        for service in build_module.SERVICES:
-            shutil.copytree(SERVICES / service / "model_repository", root / service / "model_repository")
-            shutil.copytree(SERVICES / service / "tokenizer", root / service / "tokenizer")
-        try:
-            build_module.build(
-                force=True, say=lambda line: say(f"    {line}"), root=root,
-                backend=variant.backend, precision=variant.precision,
-            )  # fmt: skip
-        except SystemExit as exc:  # the build's own refusal (parity not kept, precision not offered)
-            raise Unavailable(f"services.build refused: {exc}") from None
-        shutil.copytree(root / "doc_classifier" / "model_repository" / MODEL, target)
-        shutil.rmtree(root)
+        baseline = _baseline_model(say)
+        kept = cache / variant.key if cache is not None else None
+        stamp = _stamp(variant, baseline)
+        if kept is not None and _read_json(kept / STAMP) == stamp:
+            saved = _read_json(kept / BUILT) or {}
+            if saved.get("refused"):
+                raise Unavailable(f"{saved['refused']} (cached in {kept})")
+            shutil.copytree(kept / MODEL, target)
+            notes = [*saved.get("notes", []), "cached build"]
+        else:
+            try:
+                notes = _export(variant, baseline, repo, say)
+            except Unavailable as exc:
+                if kept is not None:
+                    _keep(kept, stamp, {"refused": str(exc)}, None)
+                raise
+            if kept is not None:
+                _keep(kept, stamp, {"notes": notes}, target)
     built = _describe(variant, repo)
+    built.build_notes = notes
     built.build_s = time.monotonic() - started
     return built
+
+
+STAMP = "stamp.json"
+BUILT = "built.json"
+
+
+def _stamp(variant: Variant, baseline: Path) -> dict[str, Any]:
+    """What a cached build depends on: the exporter's code, the source model, this module."""
+    import modelsvc.tools.export
+
+    digest = hashlib.sha256()
+    exporter = Path(modelsvc.tools.export.__file__).parent
+    for path in [*sorted(exporter.glob("*.py")), *sorted(exporter.parent.glob("_inspect*.py")), Path(__file__)]:
+        digest.update(path.read_bytes())
+    source = _services_build()._source()
+    weights = sorted(str((p.name, p.stat().st_size)) for p in source.iterdir() if p.is_file())
+    return {"variant": variant.key, "code": digest.hexdigest(), "source": str(source), "files": weights,
+            "baseline": baseline.stat().st_size}  # fmt: skip
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _keep(kept: Path, stamp: dict[str, Any], built: dict[str, Any], model: Path | None) -> None:
+    shutil.rmtree(kept, ignore_errors=True)
+    kept.mkdir(parents=True)
+    if model is not None:
+        shutil.copytree(model, kept / MODEL)
+    (kept / BUILT).write_text(json.dumps(built))
+    (kept / STAMP).write_text(json.dumps(stamp))  # last: a half-written cache entry has no stamp
 
 
 def _config_path(model_dir: Path) -> Path:
