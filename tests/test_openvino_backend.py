@@ -68,6 +68,13 @@ def param(key: str, value: str) -> str:
     return f'parameters {{ key: "{key}" value {{ string_value: "{value}" }} }}\n'
 
 
+def test_the_keys_other_layers_read_are_accepted() -> None:
+    from modelsvc.backends._openvino_options import OTHER_KEYS
+    from modelsvc.scheduler._padding import KEYS
+
+    assert set(OTHER_KEYS) == set(KEYS)
+
+
 # --- in process ---------------------------------------------------------------------------------------------
 
 

@@ -45,6 +45,7 @@ README's OpenVINO section for the figures.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -66,14 +67,16 @@ _KIND_GPU = model_config_pb2.ModelInstanceGroup.KIND_GPU
 _KIND_CPU = model_config_pb2.ModelInstanceGroup.KIND_CPU
 
 _core: ov.Core | None = None
+_core_lock = threading.Lock()
 
 
 def core() -> ov.Core:
     """The process's OpenVINO core (one: it caches plugins and compiled kernels)."""
     global _core
-    if _core is None:
-        _core = ov.Core()
-    return _core
+    with _core_lock:
+        if _core is None:
+            _core = ov.Core()
+        return _core
 
 
 def _cpu_places(config: ModelConfig) -> list[Placement]:
