@@ -1,17 +1,14 @@
 """The PyTorch backend: Triton's naming rules, every datatype, strings, dict inputs, parameters, bad configs and
-bad model files, request-time errors, instances side by side; a real server over HTTP and gRPC with batching.
+bad model files, request-time errors, instances side by side, in process (a real server and the process-wide
+settings: tests/test_pytorch_processes.py).
 
 The models are tiny TorchScript modules scripted here. The contract every backend keeps (add_sub, identity, a config
 that disagrees with the model) is in tests/test_backend_contract.py."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
-import time
 import warnings
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -22,15 +19,11 @@ import pytest
 torch = pytest.importorskip("torch", reason="the pytorch backend needs modelsvc[pytorch]")
 
 import ml_dtypes  # noqa: E402
-import tritonclient.grpc as grpcclient  # noqa: E402
-import tritonclient.http as httpclient  # noqa: E402
 
 from modelsvc.backends import ConfigMismatchError, ModelInstance, ModelLoadError, get_backend  # noqa: E402
 from modelsvc.backends._pytorch_spec import parse_options  # noqa: E402
 from modelsvc.protocol import InternalError, InvalidArgument  # noqa: E402
 from modelsvc.repository import ModelRepository  # noqa: E402
-from tests._server import ModelsvcProcess  # noqa: E402
-from tests.conftest import infer_input  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -387,35 +380,6 @@ def test_parameters_are_read_as_triton_reads_them(tmp_path: Path) -> None:
     np.testing.assert_array_equal(created[0].execute({"INPUT0": a, "INPUT1": a}, [])["OUTPUT0"], a + a)
 
 
-#: in a process of its own: the settings are process-wide
-GLOBAL_SETTINGS = """
-import logging, sys
-from pathlib import Path
-import torch
-from modelsvc.backends import get_backend
-from modelsvc.repository import ModelRepository
-logging.basicConfig(level=logging.WARNING, stream=sys.stdout, format="%(message)s")
-torch._C._jit_set_profiling_mode(True)
-for name in ("first", "second"):
-    source = ModelRepository(Path(sys.argv[1]), gpus=()).load(name)
-    get_backend(source.config).create_instances(source.config, source.artifact(1), 1)
-print("threads", torch.get_num_threads(), torch.get_num_interop_threads(), torch._C._jit_set_profiling_mode(True))
-"""
-
-
-def test_process_wide_settings_are_set_by_the_first_model(tmp_path: Path) -> None:
-    first = param("INTRA_OP_THREAD_COUNT", "1") + param("INTER_OP_THREAD_COUNT", "1")
-    write_torchscript(tmp_path, "first", AddSub(), add_sub_config("first", first + param("ENABLE_JIT_PROFILING", "0")))
-    second = param("INTRA_OP_THREAD_COUNT", "2") + param("INTER_OP_THREAD_COUNT", "1")
-    write_torchscript(tmp_path, "second", AddSub(), add_sub_config("second", second))
-    command = [sys.executable, "-c", GLOBAL_SETTINGS, str(tmp_path)]
-    out = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert out.stdout.strip().splitlines()[-1] == "threads 1 1 False", out.stdout + out.stderr
-    assert "model 'second': parameter INTRA_OP_THREAD_COUNT=2 is ignored" in out.stdout
-    assert "model 'first' set it to 1 first" in out.stdout
-    assert "INTER_OP_THREAD_COUNT" not in out.stdout  # the same value: nothing to say
-
-
 # --- request-time errors and instances side by side -----------------------------------------------------------
 
 
@@ -448,122 +412,3 @@ def test_two_instances_run_side_by_side(tmp_path: Path) -> None:
         results = list(pool.map(run, [first, second]))
     for result in results:
         np.testing.assert_allclose(result, want, rtol=1e-5)
-
-
-def test_the_backend_without_torch_names_the_extra() -> None:
-    code = (
-        "import sys; sys.modules['torch'] = None\n"
-        "from modelsvc.backends import BACKENDS, ModelLoadError\n"
-        "try:\n    BACKENDS['pytorch']()\nexcept ModelLoadError as exc:\n    print(exc)\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
-    assert "backend 'pytorch' needs PyTorch" in out.stdout
-    assert "pip install 'modelsvc[pytorch]'" in out.stdout
-
-
-def test_serving_an_onnx_model_imports_neither_torch_nor_openvino(tmp_path: Path) -> None:
-    code = (
-        "import sys\nfrom pathlib import Path\nimport numpy as np\nimport modelsvc.server\n"
-        "from modelsvc.backends import get_backend\nfrom modelsvc.repository import ModelRepository\n"
-        "from modelsvc.tools import onnx_models as om\n"
-        f"repo = Path({str(tmp_path)!r})\n"
-        "om.write_model(repo, 'm', om.identity('FP32', ['batch', 4]), None)\n"
-        "src = ModelRepository(repo, gpus=()).load('m')\n"
-        "inst = get_backend(src.config).create_instances(src.config, src.artifact(1), 1)[0]\n"
-        "inst.execute({'INPUT0': np.ones((1, 4), np.float32)}, [])\n"
-        "print(sorted(m for m in ('torch', 'openvino') if m in sys.modules))\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert out.stdout.strip().splitlines()[-1:] == ["[]"], out.stderr
-
-
-# --- a real server --------------------------------------------------------------------------------------------
-
-HELD = "dynamic_batching { preferred_batch_size: [ 4 ] max_queue_delay_microseconds: 30000000 }"
-#: a batching model with TYPE_STRING tensors: one dimension in all, so dims [ 1 ] reshaped to [ ] per item
-STRINGS_BATCHED = """name: "upper"
-backend: "pytorch"
-max_batch_size: 4
-input [ { name: "text" data_type: TYPE_STRING dims: [ 1 ] reshape { shape: [ ] } } ]
-output [ { name: "UPPER__0" data_type: TYPE_STRING dims: [ 1 ] reshape { shape: [ ] } },
-         { name: "LENGTHS__1" data_type: TYPE_INT64 dims: [ 1 ] reshape { shape: [ ] } } ]
-dynamic_batching { }
-"""
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelsvcProcess]:
-    repo = tmp_path_factory.mktemp("pytorch_repo")
-    write_torchscript(repo, "fp16", Identity(), cfg("fp16", [("INPUT0", "FP16", "-1")], [("OUTPUT0", "FP16", "-1")]))
-    write_torchscript(
-        repo,
-        "indexed",
-        SubMul(),
-        cfg("indexed", [("INPUT__0", "INT32", "-1"), ("INPUT__1", "INT32", "-1")], [("OUTPUT__1", "INT32", "-1")]),
-    )
-    write_torchscript(repo, "add_sub", AddSub(), add_sub_config("add_sub", "dynamic_batching { }"))
-    write_torchscript(repo, "upper", Upper(), STRINGS_BATCHED)
-    held = cfg("held", [("INPUT0", "FP32", "-1"), ("INPUT1", "FP32", "-1")], [("OUTPUT0", "FP32", "-1")], HELD)
-    write_torchscript(repo, "held", AddSub(), held.replace("KIND_CPU", "KIND_CPU count: 2"))
-    proc = ModelsvcProcess(repo).start()
-    try:
-        proc.wait_ready(timeout=120)
-        yield proc
-    finally:
-        proc.terminate()
-
-
-def test_http_and_grpc_inference(server: ModelsvcProcess) -> None:
-    half = np.linspace(-2, 2, 6, dtype=np.float16).reshape(2, 3)
-    a = np.arange(6, dtype=np.int32).reshape(2, 3)
-    b = np.full((2, 3), 3, np.int32)
-    with httpclient.InferenceServerClient(server.url) as client:
-        np.testing.assert_array_equal(client.infer("fp16", [infer_input("INPUT0", half)]).as_numpy("OUTPUT0"), half)
-        result = client.infer("indexed", [infer_input("INPUT__0", a), infer_input("INPUT__1", b)])
-        np.testing.assert_array_equal(result.as_numpy("OUTPUT__1"), a * b)
-        metadata = client.get_model_metadata("indexed")
-        assert metadata["platform"] == "pytorch_libtorch"
-    with grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}") as grpc:
-        inputs = []
-        for name, array in (("INPUT__0", a), ("INPUT__1", b)):
-            inputs.append(grpcclient.InferInput(name, list(array.shape), "INT32"))
-            inputs[-1].set_data_from_numpy(array)
-        np.testing.assert_array_equal(grpc.infer("indexed", inputs).as_numpy("OUTPUT__1"), a * b)
-
-
-def test_strings_in_a_batch(server: ModelsvcProcess) -> None:
-    text = np.array([[b"ab"], [b"cde"]], dtype=np.object_)
-    with httpclient.InferenceServerClient(server.url) as client:
-        result = client.infer("upper", [infer_input("text", text)])
-    assert result.as_numpy("UPPER__0").tolist() == [[b"AB"], [b"CDE"]]
-    assert result.as_numpy("LENGTHS__1").tolist() == [[2], [3]]
-
-
-def test_a_shape_error_inside_forward_is_a_500_and_the_server_serves_on(server: ModelsvcProcess) -> None:
-    from tritonclient.utils import InferenceServerException
-
-    with httpclient.InferenceServerClient(server.url) as client:
-        bad = [infer_input("INPUT0", np.ones((1, 3), np.float32)), infer_input("INPUT1", np.ones((1, 4), np.float32))]
-        with pytest.raises(InferenceServerException) as info:
-            client.infer("add_sub", bad)
-        assert info.value.status() == "500"
-        ok = [infer_input("INPUT__0", np.ones((1, 2), np.int32)), infer_input("INPUT__1", np.ones((1, 2), np.int32))]
-        assert client.infer("indexed", ok).as_numpy("OUTPUT__1").tolist() == [[1, 1]]
-
-
-def test_concurrent_requests_are_batched(server: ModelsvcProcess) -> None:
-    before = server.model_stats("held")
-    sent = [np.full((1, 4), float(i), np.float32) for i in range(4)]
-
-    def send(array: np.ndarray[Any, Any]) -> Any:
-        with httpclient.InferenceServerClient(server.url) as client:
-            return client.infer("held", [infer_input("INPUT0", array), infer_input("INPUT1", array)])
-
-    started = time.monotonic()
-    with ThreadPoolExecutor(4) as pool:
-        results = list(pool.map(send, sent))
-    assert time.monotonic() - started < 25, "the batch did not form"
-    for array, result in zip(sent, results, strict=True):
-        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), array + array)
-    after = server.model_stats("held")
-    assert after["execution_count"] - before["execution_count"] < 4
