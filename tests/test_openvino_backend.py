@@ -114,8 +114,15 @@ def test_reshape_io_layers_makes_a_static_ir_dynamic(tmp_path: Path) -> None:
     np.testing.assert_array_equal(instance.execute({"INPUT0": x}, [])["OUTPUT0"], x)
 
 
-def test_a_static_ir_without_reshape_answers_400_for_another_shape(tmp_path: Path) -> None:
+def test_a_minus_one_in_the_config_makes_a_static_dimension_dynamic(tmp_path: Path) -> None:
     write_ir(tmp_path, "m", om.identity("FP32", [1, 16]), identity_config("m", mbs=0, dims="1, -1"), static=[1, 16])
+    (instance,) = load(tmp_path, "m")
+    x = np.ones((1, 5), np.float32)
+    np.testing.assert_array_equal(instance.execute({"INPUT0": x}, [])["OUTPUT0"], x)
+
+
+def test_a_static_ir_answers_400_for_another_shape(tmp_path: Path) -> None:
+    write_ir(tmp_path, "m", om.identity("FP32", [1, 16]), identity_config("m", mbs=0, dims="1, 16"), static=[1, 16])
     (instance,) = load(tmp_path, "m")
     with pytest.raises(InvalidArgument, match=r"input 'INPUT0' of model 'm': shape \[1, 5\]"):
         instance.execute({"INPUT0": np.ones((1, 5), np.float32)}, [])

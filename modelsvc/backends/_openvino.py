@@ -19,8 +19,9 @@ cpu_execution_accelerator [ { name: "openvino" } ] } }`` (:func:`onnx_instances`
 ``SKIP_OV_DYNAMIC_BATCHSIZE``  ``YES``: the batch dimension is fixed at ``max_batch_size`` instead of made
     dynamic; a shorter batch is then a 400, unless ``ENABLE_BATCH_PADDING`` is ``YES``, which pads it with zeros
     (and drops the padding from the outputs).
-``RESHAPE_IO_LAYERS``  ``YES``: the inputs get the config's dims (-1 a dynamic dimension), e.g. a static IR
-    served with dynamic sequence lengths. Without it the model's own shapes are checked against the config.
+``RESHAPE_IO_LAYERS``  ``YES``: the inputs get the config's dims (-1 a dynamic dimension). Without it the model's
+    own shapes are checked against the config, except that a -1 in the config where the model has a fixed
+    dimension makes that dimension dynamic (a static IR served with any sequence length).
 
 With ``max_batch_size`` > 0 the first dimension of every input is the batch: made dynamic (any batch up to
 ``max_batch_size`` runs) unless ``SKIP_OV_DYNAMIC_BATCHSIZE``. The config is completed from the model as Triton

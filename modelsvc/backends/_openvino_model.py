@@ -104,7 +104,8 @@ def _entry_dims(entry: Any) -> list[int]:
 
 def reshape(model: ov.Model, config: ModelConfig, options: OpenVINOOptions) -> None:
     """Give ``model`` the input shapes the config asks for: with ``RESHAPE_IO_LAYERS`` the config's dims
-    (-1 a dynamic dimension), and with ``max_batch_size`` > 0 a dynamic batch dimension, or one fixed at
+    (-1 a dynamic dimension), without it a dynamic dimension where the config says -1 and the model has a fixed
+    one, and with ``max_batch_size`` > 0 a dynamic batch dimension, or one fixed at
     ``max_batch_size`` with ``SKIP_OV_DYNAMIC_BATCHSIZE``. ConfigMismatchError / ModelLoadError name the tensor."""
     mbs = int(config.max_batch_size)
     new: dict[str, ov.PartialShape] = {}
@@ -127,6 +128,14 @@ def reshape(model: ov.Model, config: ModelConfig, options: OpenVINOOptions) -> N
             else:
                 dims[len(dims) - len(given) :] = given
             changed = True
+        elif entry is not None and dims is not None and (entry.dims or entry.HasField("reshape")):
+            given = _entry_dims(entry)  # a -1 where the model is static: that dimension becomes dynamic
+            offset = len(dims) - len(given)
+            if offset in (0, 1 if mbs > 0 else 0):
+                for i, g in enumerate(given):
+                    if g == -1 and dims[offset + i] != -1:
+                        dims[offset + i] = -1
+                        changed = True
         if mbs > 0:
             if not dims:
                 name = entry.name if entry is not None else port.name
