@@ -40,34 +40,6 @@ pytestmark = pytest.mark.integration
 
 # --- processes of their own -----------------------------------------------------------------------------------
 
-#: in a process of its own: the settings are process-wide
-GLOBAL_SETTINGS = """
-import logging, sys
-from pathlib import Path
-import torch
-from modelsvc.backends import get_backend
-from modelsvc.repository import ModelRepository
-logging.basicConfig(level=logging.WARNING, stream=sys.stdout, format="%(message)s")
-torch._C._jit_set_profiling_mode(True)
-for name in ("first", "second"):
-    source = ModelRepository(Path(sys.argv[1]), gpus=()).load(name)
-    get_backend(source.config).create_instances(source.config, source.artifact(1), 1)
-print("threads", torch.get_num_threads(), torch.get_num_interop_threads(), torch._C._jit_set_profiling_mode(True))
-"""
-
-
-def test_process_wide_settings_are_set_by_the_first_model(tmp_path: Path) -> None:
-    first = param("INTRA_OP_THREAD_COUNT", "1") + param("INTER_OP_THREAD_COUNT", "1")
-    write_torchscript(tmp_path, "first", AddSub(), add_sub_config("first", first + param("ENABLE_JIT_PROFILING", "0")))
-    second = param("INTRA_OP_THREAD_COUNT", "2") + param("INTER_OP_THREAD_COUNT", "1")
-    write_torchscript(tmp_path, "second", AddSub(), add_sub_config("second", second))
-    command = [sys.executable, "-c", GLOBAL_SETTINGS, str(tmp_path)]
-    out = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert out.stdout.strip().splitlines()[-1] == "threads 1 1 False", out.stdout + out.stderr
-    assert "model 'second': parameter INTRA_OP_THREAD_COUNT=2 is ignored" in out.stdout
-    assert "model 'first' set it to 1 first" in out.stdout
-    assert "INTER_OP_THREAD_COUNT" not in out.stdout  # the same value: nothing to say
-
 
 def test_the_backend_without_torch_names_the_extra() -> None:
     code = (
@@ -122,6 +94,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelsvcProcess
     )
     write_torchscript(repo, "add_sub", AddSub(), add_sub_config("add_sub", "dynamic_batching { }"))
     write_torchscript(repo, "upper", Upper(), STRINGS_BATCHED)
+    # PyTorch's process-wide settings, asked for by two models: the first one loaded sets them
+    threads = param("INTRA_OP_THREAD_COUNT", "1") + param("INTER_OP_THREAD_COUNT", "1")
+    write_torchscript(repo, "threads_a", AddSub(), add_sub_config("threads_a", threads))
+    threads = param("INTRA_OP_THREAD_COUNT", "2") + param("INTER_OP_THREAD_COUNT", "1")
+    write_torchscript(repo, "threads_b", AddSub(), add_sub_config("threads_b", threads))
     held = cfg("held", [("INPUT0", "FP32", "-1"), ("INPUT1", "FP32", "-1")], [("OUTPUT0", "FP32", "-1")], HELD)
     write_torchscript(repo, "held", AddSub(), held.replace("KIND_CPU", "KIND_CPU count: 2"))
     proc = ModelsvcProcess(repo).start()
@@ -148,6 +125,22 @@ def test_http_and_grpc_inference(server: ModelsvcProcess) -> None:
             inputs.append(grpcclient.InferInput(name, list(array.shape), "INT32"))
             inputs[-1].set_data_from_numpy(array)
         np.testing.assert_array_equal(grpc.infer("indexed", inputs).as_numpy("OUTPUT__1"), a * b)
+
+
+def test_process_wide_settings_are_set_by_the_first_model(server: ModelsvcProcess) -> None:
+    log = server.log()
+    first, second = (
+        ("threads_a", "threads_b") if "'threads_a': PyTorch setting INTRA" in log else ("threads_b", "threads_a")
+    )
+    value = {"threads_a": 1, "threads_b": 2}
+    assert f"model '{first}': PyTorch setting INTRA_OP_THREAD_COUNT={value[first]} (process-wide)" in log
+    assert f"model '{first}': PyTorch setting INTER_OP_THREAD_COUNT=1 (process-wide)" in log
+    assert (
+        f"model '{second}': parameter INTRA_OP_THREAD_COUNT={value[second]} is ignored: the setting is process-wide "
+        f"in PyTorch and model '{first}' set it to {value[first]} first"
+    ) in log
+    assert "INTER_OP_THREAD_COUNT=1 is ignored" not in log  # the same value: nothing to say
+    assert log.count("PyTorch setting INTRA_OP_THREAD_COUNT") == 1
 
 
 def test_strings_in_a_batch(server: ModelsvcProcess) -> None:
