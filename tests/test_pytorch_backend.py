@@ -380,6 +380,17 @@ def test_parameters_are_read_as_triton_reads_them(tmp_path: Path) -> None:
     np.testing.assert_array_equal(created[0].execute({"INPUT0": a, "INPUT1": a}, [])["OUTPUT0"], a + a)
 
 
+def test_the_module_auto_complete_loaded_serves_the_first_cpu_instance(tmp_path: Path) -> None:
+    write_torchscript(tmp_path, "m", AddSub(), add_sub_config("m").replace("{ kind: KIND_CPU }", "{ count: 2 }"))
+    source = ModelRepository(tmp_path, gpus=()).load("m")  # auto-complete reads the file once
+    backend = get_backend(source.config)
+    probed = [module for module, _ in backend._probes.values()]  # type: ignore[attr-defined]
+    first, second = backend.create_instances(source.config, source.artifact(1), 1)
+    assert first._module in probed  # type: ignore[attr-defined]  # not read again
+    assert second._module is not first._module  # type: ignore[attr-defined]  # no weight sharing: its own
+    assert not any(module is first._module for module, _ in backend._probes.values())  # type: ignore[attr-defined]
+
+
 # --- request-time errors and instances side by side -----------------------------------------------------------
 
 

@@ -48,6 +48,7 @@ from __future__ import annotations
 import logging
 import threading
 import warnings
+from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -76,6 +77,8 @@ logger = logging.getLogger("modelsvc.backends.pytorch")
 #: process-wide PyTorch settings made so far: parameter -> (value, the model that set it)
 _GLOBAL_SETTINGS: dict[str, tuple[object, str]] = {}
 _GLOBAL_LOCK = threading.Lock()
+#: how many modules loaded by auto-complete wait for their model's instances
+_PROBES_KEPT = 2
 
 
 def _set_global(key: str, value: object, model: str, setter: Callable[[Any], Any]) -> None:
@@ -185,17 +188,28 @@ class PyTorchBackend:
 
     name = "pytorch"
 
+    def __init__(self) -> None:
+        # the module each recent auto-complete loaded on the CPU, handed to the model's first CPU instance so that
+        # the file is not read twice: (path, mtime, size) -> (module, embedded config); at most _PROBES_KEPT
+        self._probes: OrderedDict[tuple[str, int, int], tuple[Any, bytes]] = OrderedDict()
+        self._probes_lock = threading.Lock()
+
     def autocomplete(self, config: ModelConfig, artifact: Path) -> None:
         """Complete ``config`` from the ``config.pbtxt`` the model file carries, if any (else require it complete),
         and check it against ``forward()``'s arguments and return type."""
         if not artifact.is_file():
             raise ModelLoadError(f"unable to find '{artifact}' to auto-complete the configuration")
+        key = _file_key(artifact)
         module, text = _load(artifact, torch.device("cpu"), config)
         if text:
             complete_from_embedded(config, parse_embedded(config, text, str(artifact)))
         else:
             require_complete(config)
         plan(config, _signature(module, config, artifact))
+        with self._probes_lock:
+            self._probes[key] = (module, text)
+            while len(self._probes) > _PROBES_KEPT:
+                self._probes.popitem(last=False)
 
     def create_instances(self, config: ModelConfig, artifact: Path, version: int) -> list[ModelInstance]:
         """One module per instance: per ``instance_group`` entry, ``count`` (x each GPU)."""
@@ -211,6 +225,8 @@ class PyTorchBackend:
             if place.gpu is not None:
                 _check_gpu(config, place.group, place.gpu)
         _apply_global_options(options, config.name)
+        with self._probes_lock:
+            probe = self._probes.pop(_file_key(artifact), None)
         io: Plan | None = None
         shared: dict[str, Any] = {}
         instances: list[ModelInstance] = []
@@ -219,7 +235,10 @@ class PyTorchBackend:
                 device = torch.device("cpu") if place.gpu is None else torch.device("cuda", place.gpu)
                 module = shared.get(str(device)) if options.weight_sharing else None
                 if module is None:
-                    module, text = _load(artifact, device, config)
+                    if probe is not None and device.type == "cpu":
+                        (module, text), probe = probe, None
+                    else:
+                        module, text = _load(artifact, device, config)
                     io = io or self._check(config, module, text, artifact)
                     shared[str(device)] = module
                 assert io is not None
@@ -247,6 +266,11 @@ class PyTorchBackend:
                 artifact,
             )
         return plan(config, _signature(module, config, artifact))
+
+
+def _file_key(artifact: Path) -> tuple[str, int, int]:
+    stat = artifact.stat()
+    return str(artifact.resolve()), stat.st_mtime_ns, stat.st_size
 
 
 def _check_gpu(config: ModelConfig, group: str, gpu: int) -> None:
