@@ -1,7 +1,8 @@
 """The PyTorch backend: Triton's ``pytorch`` backend (platform ``pytorch_libtorch``) for TorchScript models.
 
 ``<model>/<version>/model.pt`` (or ``default_model_filename``) is loaded with ``torch.jit.load`` once per instance,
-on the instance's device: ``KIND_CPU``, or ``KIND_GPU`` on ``cuda:N`` for each of its ``gpus`` (``_devices``).
+on the instance's device: ``KIND_CPU``, or ``KIND_GPU`` on ``cuda:N`` for each of its ``gpus`` (``_devices``);
+the first CPU instance takes the module that auto-complete loaded to read ``forward()``'s signature.
 
 Tensor names follow Triton's rules. Inputs: when every config input is named after an argument of ``forward()``
 they go to those arguments; else, when every name is ``<name>__<index>`` (``INPUT__0``), to the argument at that
