@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +56,9 @@ def _module(name: str, path: Path, what: str, extra: str) -> Any:
 def inspect_torchscript(path: Path) -> ModelInfo:
     torch = _module("torch", path, "a TorchScript model", "pytorch")
     try:
-        loaded = torch.jit.load(str(path), map_location="cpu")
+        with warnings.catch_warnings():  # torch 2.13 calls TorchScript deprecated
+            warnings.simplefilter("ignore", DeprecationWarning)
+            loaded = torch.jit.load(str(path), map_location="cpu")
     except Exception as exc:  # torch raises RuntimeError, ValueError, zipfile errors... by case
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise InspectError(f"{path} is not a TorchScript model torch.jit.load can read: {first}") from None

@@ -22,7 +22,7 @@
 6. writes ``<repository>/<name>/<version>/model.onnx`` (``model.pt``; ``model.xml`` + ``model.bin``) and,
    unless one exists already (a user may have tuned it), ``<repository>/<name>/config.pbtxt`` with
    ``backend: "onnxruntime"`` (``platform: "pytorch_libtorch"``; ``backend: "openvino"``, and the parameter
-   ``INFERENCE_PRECISION_HINT`` ``bf16`` for bf16) (``_config``, ``_export``).
+   ``HINT_BF16`` ``YES`` for bf16) (``_config``, ``_export``).
 
 Why the exported graph is shaped the way it is (checked with torch 2.13, transformers 5, ONNX Runtime
 1.31) is told where it is done: the dynamo exporter in ``_onnx``, the prepared attention mask in

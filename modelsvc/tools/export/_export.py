@@ -22,6 +22,7 @@ from ._check import Comparison, Run, check
 from ._config import config_mismatches, config_tensor, make_config, write_text
 from ._errors import ExportCheckError, ExportUsageError
 from ._formats import (
+    BF16_PARAMETER,
     OPENVINO_HINT,
     import_openvino,
     onnx_int8,
@@ -162,7 +163,7 @@ def _export_into(
                 log(f"converted to OpenVINO IR ({options.precision}) in {timings['convert']:.1f} s")
                 run, ran = openvino_runner(ov, final, plan, options.precision)
                 if options.precision == "bf16":
-                    parameters[OPENVINO_HINT] = "bf16"
+                    parameters[BF16_PARAMETER[0]] = BF16_PARAMETER[1]
                     if ran != "bf16":
                         log(
                             f"note: this CPU's OpenVINO plugin runs {ran} for {OPENVINO_HINT} bf16 (no native "

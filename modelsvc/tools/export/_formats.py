@@ -8,8 +8,9 @@
 - openvino: ``openvino.convert_model`` of the exported (unfused) ONNX model, saved uncompressed
   (``compress_to_fp16=False``) as ``model.xml`` + ``model.bin``; ``int8`` compresses the weights of its
   MatMuls to int8 with NNCF (``nncf.compress_weights``, data-free, asymmetric per channel); ``bf16`` keeps
-  the fp32 IR and asks the CPU plugin for bfloat16 through the config's ``INFERENCE_PRECISION_HINT``, which
-  a CPU without native bf16 (AVX-512 BF16 or AMX) answers by running f32: the report says what ran.
+  the fp32 IR and asks the CPU plugin for bfloat16 through the config's parameter ``HINT_BF16`` ``YES``
+  (Triton's OpenVINO backend's key; OpenVINO's property is ``INFERENCE_PRECISION_HINT``), which a CPU
+  without native bf16 (AVX-512 BF16 or AMX) answers by running f32: the report says what ran.
 - onnx int8: ONNX Runtime's ``quantize_dynamic`` of the unfused graph's weighted MatMuls, per channel
   (int8 weights, activations quantized at run time).
 
@@ -37,6 +38,7 @@ from ._load import Torch
 from ._wrapper import Plan, wrap
 
 __all__ = [
+    "BF16_PARAMETER",
     "OPENVINO_HINT",
     "import_openvino",
     "onnx_int8",
@@ -48,8 +50,10 @@ __all__ = [
     "torchscript_runner",
 ]
 
-#: the config parameter (and OpenVINO property) that asks the CPU plugin for an inference precision
+#: the OpenVINO property that asks the CPU plugin for an inference precision
 OPENVINO_HINT = "INFERENCE_PRECISION_HINT"
+#: the config parameter of Triton's OpenVINO backend that asks for bf16, and its value
+BF16_PARAMETER = ("HINT_BF16", "YES")
 _OV_HINTS = {"fp32": "f32", "bf16": "bf16", "int8": "f32"}
 
 
@@ -94,9 +98,9 @@ def torchscript_export(mods: Torch, model: Any, plan: Plan, feeds: Feeds, target
         with warnings.catch_warnings(), torch.no_grad():
             warnings.simplefilter("ignore")
             traced = torch.jit.trace(module, args, check_trace=False)
+            traced.save(str(target))
     except Exception as exc:  # tracing raises many kinds
         raise ExportError(f"torch.jit.trace could not trace the model: {first_line(exc)}") from exc
-    traced.save(str(target))
 
 
 def _bf16_copy(torch: Any, model: Any) -> Any:
@@ -123,7 +127,9 @@ def _float_outputs(torch: Any, inner: Any) -> Any:
 
 def torchscript_runner(mods: Torch, path: Path, plan: Plan) -> Run:
     torch = mods.torch
-    loaded = torch.jit.load(str(path), map_location="cpu").eval()
+    with warnings.catch_warnings():  # torch 2.13 calls TorchScript deprecated; Triton's backend serves it
+        warnings.simplefilter("ignore", DeprecationWarning)
+        loaded = torch.jit.load(str(path), map_location="cpu").eval()
 
     def run(feeds: Feeds) -> Sequence[npt.NDArray[Any]]:
         with torch.no_grad():
@@ -191,5 +197,6 @@ def openvino_runner(ov: Any, path: Path, plan: Plan, precision: str) -> tuple[Ru
 
 
 def ov_type_name(ran: str) -> str:
-    """``<Type: 'float32'>`` (how OpenVINO prints a type) -> ``float32``."""
-    return ran.split("'")[1] if "'" in ran else ran
+    """``<Type: 'float32'>`` (how OpenVINO prints a type) -> ``f32`` (the property's own spelling)."""
+    name = ran.split("'")[1] if "'" in ran else ran
+    return {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}.get(name, name)
