@@ -38,9 +38,22 @@ scheduler runs one batch per instance at a time). OpenVINO releases the GIL in `
 different requests run at once on the compiled model's streams: NUM_STREAMS (or PERFORMANCE_HINT THROUGHPUT)
 sets how many overlap. ``max`` rather than ``count x`` requests keeps Triton's advice (``count: 12`` with
 ``NUM_STREAMS 12``: 12 requests on one compiled model) while a THROUGHPUT hint alone still gets its requests.
-Measured on this 2-core AVX2 machine (MiniLM, batches of 4 x 128 tokens, 16 batches): one stream runs them in
-turn; ``NUM_STREAMS 2`` with 2 requests overlaps two batches, see tests/test_openvino_backend.py and the
-README's OpenVINO section for the figures.
+Measured in process on this 2-core AVX2 machine with MiniLM (the doc_classifier's ONNX file on OpenVINO, f32),
+while other jobs kept the load average at 6-8, so wall times are best of 5 interleaved runs and CPU time per
+batch is the steadier figure (``python -m loadtests.bench_openvino_streams [--batch 1 --batches 16]``):
+
+    ==========================  ======================  ======================  ========================
+    16 batches of 1 x 128       ORT f32, 1 session      OV, 1 stream (default)  OV, NUM_STREAMS 2 (2 req.)
+    wall (best of 5)            1.62 s                  2.61 s                  1.89 s
+    CPU per batch (median)      59 ms                   81 ms                   59 ms
+    8 batches of 4 x 128
+    wall (best of 5)            5.05 s                  6.14 s                  4.54 s
+    CPU per batch (median)      252 ms                  264 ms                  242 ms
+    ==========================  ======================  ======================  ========================
+
+Two overlapping batches, one thread each, use the cores better than one batch on two threads (OpenVINO's
+default LATENCY hint), most for small batches; that is what NUM_STREAMS 2 or PERFORMANCE_HINT THROUGHPUT buys.
+The default stays OpenVINO's (LATENCY, one request per instance), as in Triton.
 """
 
 from __future__ import annotations
