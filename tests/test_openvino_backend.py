@@ -184,6 +184,7 @@ def test_instances_are_the_infer_requests_of_one_compiled_model_per_group(tmp_pa
     assert [i.name for i in load(tmp_path, "streams")] == ["streams_0", "streams_1"]
     counted = load(tmp_path, "count")
     assert [i.name for i in counted] == ["count_0_0", "count_0_1", "count_0_2"]
+    assert counted[0]._compiled.get_property("NUM_STREAMS") > 1  # type: ignore[attr-defined]  # 3, or the cores
     x = np.ones((1, 2), np.float32)
     for instance in counted:
         np.testing.assert_array_equal(instance.execute({"INPUT0": x}, [])["OUTPUT0"], x)

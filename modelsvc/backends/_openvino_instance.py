@@ -55,6 +55,7 @@ class OpenVINOInstance:
         self.device = "cpu"
         self.providers = [f"OpenVINO {device}"]
         self._request: ov.InferRequest | None = request
+        self._compiled = compiled  # the model its request belongs to (shared with the group's other instances)
         self._fixed_batch = fixed_batch
         self._padding = batch_padding
         self._inputs: dict[str, _Input] = {}
