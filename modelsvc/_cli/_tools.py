@@ -61,8 +61,8 @@ def add_export(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--precision",
         choices=PRECISIONS,
         default="fp32",
-        help="fp32 (default); bf16: torchscript bfloat16 weights, openvino INFERENCE_PRECISION_HINT bf16; "
-        "int8: onnx dynamic quantization, openvino NNCF int8 weights",
+        help="fp32 (default); bf16: torchscript bfloat16 weights, openvino HINT_BF16 (f32 runs where the CPU "
+        "has no bf16); int8: onnx dynamic quantization, openvino NNCF int8 weights",
     )
     e.add_argument(
         "--min-cosine",
@@ -157,7 +157,7 @@ def run_export(args: argparse.Namespace) -> int:
     if report.fused_operators:
         print("fused: " + ", ".join(f"{op} {n}" for op, n in sorted(report.fused_operators.items())))
     if report.ran_precision and report.precision != "fp32":
-        print(f"OpenVINO's CPU plugin ran at {report.ran_precision} (INFERENCE_PRECISION_HINT)")
+        print(f"OpenVINO's CPU plugin ran at {report.ran_precision} (its INFERENCE_PRECISION_HINT, read back)")
     made = f"opset {report.opset}, " if report.opset else ""
     print(f"wrote {report.model_path} ({made}{report.format} {report.precision}, {report.task})")
     if report.config_written:
