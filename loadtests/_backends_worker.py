@@ -9,8 +9,9 @@ OpenMP threads spin after a call) and so that the benchmark process itself impor
 The worker answers JSON lines on stdin with JSON lines on stdout:
 
 ``{"op": "info"}``                                what runs: providers, OpenVINO's read-back inference precision, dtype
-``{"op": "cell", "batch": B, "tokens": S, "max_calls": N, "max_s": T, "warm": true}``
-                                                  time-boxed calls of batch B x S tokens: ``calls``, ``seconds``
+``{"op": "cell", "batch": B, "tokens": S, "max_calls": N, "max_s": T, "warm": W}``
+                                                  W untimed calls, then time-boxed calls of batch B x S tokens:
+                                                  ``calls``, ``seconds``
 ``{"op": "embed", "input_ids": [[...]], "attention_mask": [[...]]}``
                                                   ``sentence_embedding`` of a padded batch (for the parity check)
 
@@ -142,7 +143,7 @@ def serve(runtime: str, path: str, params: dict[str, str]) -> None:
             answer: dict[str, Any] = {"inputs": names, **info}
         elif op == "cell":
             feed = _feed(inputs, token_batch(int(command["batch"]), int(command["tokens"])))
-            if command.get("warm"):
+            for _ in range(int(command.get("warm", 0))):
                 run(feed)
             calls, started = 0, time.perf_counter()
             while True:

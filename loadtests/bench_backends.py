@@ -215,6 +215,7 @@ class Run:
                 result = self.results[key]
                 if key not in self.workers:
                     continue
+                warm = 0 if i else (2 if self.built[key].runtime == "pytorch" else 1)
                 if cell in result.skipped:  # decided in the first round, so every round has the same cells
                     continue
                 if i == 0 and (known := per_call.get((key, tokens))) and known[1] * batch / known[0] > s.max_call_s:
@@ -224,12 +225,12 @@ class Run:
                     continue
                 try:
                     if "inprocess" in self.parts:
-                        got = self.workers[key].cell(batch, tokens, s.cell_calls, s.cell_s, warm=i == 0)
+                        got = self.workers[key].cell(batch, tokens, s.cell_calls, s.cell_s, warm)
                         result.inprocess.setdefault(cell, []).append(got.seq_per_s)
                         per_call[key, tokens] = (batch, got.seconds / got.calls)
                     if "served" in self.parts and key in self.models:
                         got = served_cell(self.models[key].base_url, batch, tokens, s.clients, s.cell_calls, s.cell_s,
-                                          warm=i == 0)  # fmt: skip
+                                          warm)  # fmt: skip
                         result.served.setdefault(cell, []).append(got.seq_per_s)
                         seconds = max(per_call.get((key, tokens), (batch, 0.0))[1], got.seconds / got.calls)
                         per_call[key, tokens] = (batch, seconds)
