@@ -68,13 +68,15 @@ class Settings:
     cell_s: float = 1.0
     """Seconds per cell (at least one call; a call that takes longer ends the cell)."""
     cell_calls: int = 50
-    max_call_s: float = 8.0
+    max_call_s: float = 5.0
     """A cell whose one call would take longer (predicted from the smaller batch of the same length) is skipped."""
     clients: int = 2
     """Concurrent clients of a served cell, each sending one request of batch B at a time."""
     pair_concurrency: int = 4
     pair_seconds: float = 6.0
     pair_tokens: tuple[int, int] = (2000, 4000)
+    pair_min_ratio: float = 0.25
+    """A variant below this ratio to the baseline on the first round's longest cells skips the long documents."""
 
     @classmethod
     def quick(cls) -> Settings:
@@ -102,6 +104,7 @@ class Result:
     skipped: dict[str, str] = field(default_factory=dict)
     """"BxS" -> why it was not measured (a call would take too long)."""
     pair: list[Stats] = field(default_factory=list)
+    pair_skipped: str = ""
     ratios: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     """"inprocess"/"served" -> "BxS" -> per-round ratio to the served baseline; "pair" -> {"c=N": [...]}"""
     error: str = ""
@@ -238,8 +241,10 @@ class Run:
                     traceback.print_exc()
                     self.fail(key, f"{cell}: {exc}")
         if "pair" in self.parts:
+            if i == 0:
+                self.skip_slow_pairs()
             for key in self.order(i):
-                if key not in self.pairs:
+                if key not in self.pairs or self.results[key].pair_skipped:
                     continue
                 self.say(f"round {i + 1}/{s.rounds}: long documents on {key}")
                 stats = json_load(f"{self.pairs[key]}/v1/classify", pair_bodies, s.pair_concurrency, s.pair_seconds)
@@ -247,6 +252,24 @@ class Run:
                     self.fail(key, f"{stats.errors} failed long-document requests")
                     continue
                 self.results[key].pair.append(stats)
+
+    def skip_slow_pairs(self) -> None:
+        """A variant far slower than the baseline on the first round's longest cells skips the long documents (its
+        documents would take minutes); its grid figures already say how far it got."""
+        base = self.results.get(BASELINE.key)
+        if base is None:
+            return
+        longest = f"x{max(t for _, t in self.settings.grid)}"
+        for key, result in self.results.items():
+            figures = result.served or result.inprocess
+            theirs = base.served or base.inprocess
+            ratios = [v[0] / theirs[c][0] for c, v in figures.items() if c.endswith(longest) and v and theirs.get(c)]
+            if not ratios or key == BASELINE.key:
+                continue
+            ratio = median(ratios) or 0.0
+            if ratio < self.settings.pair_min_ratio:
+                result.pair_skipped = f"skipped: {ratio:.2f}x the baseline on the longest grid cells"
+                self.say(f"  {key}: long documents {result.pair_skipped}")
 
     def ratios(self) -> None:
         base = self.results.get(BASELINE.key)
@@ -330,7 +353,8 @@ def variants_table(results: Sequence[Result], settings: Settings) -> str:
         p50 = median([s.p50_ms for s in r.pair])
         cells = (
             r.variant, r.runs_as, f"{r.build_s:.0f}", "-" if r.cosine is None else f"{r.cosine:.5f}",
-            r.labels or "-", "-" if docs is None else f"{docs:.2f}", "-" if p50 is None else f"{p50:.0f}",
+            r.labels or "-", r.pair_skipped or ("-" if docs is None else f"{docs:.2f}"),
+            "-" if p50 is None else f"{p50:.0f}",
             "-" if ratio is None else f"{ratio:.2f}", ", ".join(f"{x:.2f}" for x in ratios) or "-",
         )  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
