@@ -220,17 +220,21 @@ def build_variant(variant: Variant, workdir: Path, say: Callable[[str], None], c
     return built
 
 
+BUILD_VERSION = 1
+"""Raise when what build_variant does for an exported variant changes (its cached builds are then stale)."""
 STAMP = "stamp.json"
 BUILT = "built.json"
 
 
 def _stamp(variant: Variant, baseline: Path) -> dict[str, Any]:
-    """What a cached build depends on: the exporter's code, the source model, this module."""
+    """What a cached build depends on: the exporter's code, services.build (the config), the source model, and
+    how this module builds (BUILD_VERSION)."""
     import modelsvc.tools.export
 
-    digest = hashlib.sha256()
+    digest = hashlib.sha256(f"bench_backends build {BUILD_VERSION}".encode())
     exporter = Path(modelsvc.tools.export.__file__).parent
-    for path in [*sorted(exporter.glob("*.py")), *sorted(exporter.parent.glob("_inspect*.py")), Path(__file__)]:
+    code = [*sorted(exporter.glob("*.py")), *sorted(exporter.parent.glob("_inspect*.py")), SERVICES / "build.py"]
+    for path in code:
         digest.update(path.read_bytes())
     source = _services_build()._source()
     weights = sorted(str((p.name, p.stat().st_size)) for p in source.iterdir() if p.is_file())
