@@ -42,6 +42,7 @@ from ._wrapper import Plan, make_plan, wrap
 __all__ = ["export_model"]
 
 _MODEL_FILES = {"onnx": "model.onnx", "torchscript": "model.pt", "openvino": "model.xml"}
+_RUNTIMES = {"onnx": "ONNX Runtime", "torchscript": "TorchScript", "openvino": "OpenVINO"}
 _ONNX_FILE = "model.onnx"
 _CONFIG_FILE = "config.pbtxt"
 # ONNX's protobuf limit is 2 GiB; above this, weights go to an external data file next to model.onnx
@@ -206,7 +207,7 @@ def _verdict(options: ExportOptions, comparison: Comparison, model_file: str) ->
         if over:
             name, diff = max(over.items(), key=lambda item: item[1])
             raise ExportCheckError(
-                f"the {options.format} model and PyTorch differ on output {name!r}: max abs diff {diff:.3g} > "
+                f"{_RUNTIMES[options.format]} and PyTorch differ on output {name!r}: max abs diff {diff:.3g} > "
                 f"tolerance {options.tolerance:g} ({comparison.where[name]}); {model_file} not written",
                 comparison.max_abs_diff,
                 comparison.min_cosine,
