@@ -12,8 +12,8 @@ cpu_execution_accelerator [ { name: "openvino" } ] } }`` (:func:`onnx_instances`
 ``INFERENCE_NUM_THREADS``, ``COMPILATION_NUM_THREADS``  thread counts (0: OpenVINO chooses).
 ``HINT_BF16``  ``YES``: bf16 inference precision (Triton's key; same as ``INFERENCE_PRECISION_HINT`` bf16).
 ``INFERENCE_PRECISION_HINT`` (modelsvc, OpenVINO's property)  ``f32``, ``bf16`` or ``f16``. A CPU without native
-    bf16 / f16 (AVX-512 BF16, AMX) runs f32 whatever is asked: the load logs one WARNING saying what the compiled
-    model really runs, read back from it; every load logs that at INFO.
+    bf16 / f16 (AVX-512 BF16, AMX) runs f32 whatever is asked. Every load logs one line with what the compiled
+    model really runs, read back from it: INFO, or WARNING when that is not the precision asked for.
 ``CPU_EXTENSION_PATH``  a shared library of custom operations, added to the OpenVINO core.
 ``TARGET_DEVICE``  the OpenVINO device (default ``CPU``; ``GPU``, ``AUTO``, ... where OpenVINO sees one).
 ``SKIP_OV_DYNAMIC_BATCHSIZE``  ``YES``: the batch dimension is fixed at ``max_batch_size`` instead of made
@@ -28,8 +28,9 @@ With ``max_batch_size`` > 0 the first dimension of every input is the batch: mad
 does (names, datatypes, dims; max_batch_size 4 and dynamic_batching for a model that batches, when inputs or
 outputs are left out) and checked against it: a tensor name the model lacks, another datatype or rank is a
 ConfigMismatchError naming the model and the tensor. Datatypes: BOOL, UINT8..64, INT8..64, FP16, BF16, FP32,
-FP64. OpenVINO 2026.4 has string tensors, but its CPU plugin crashed (segfault) within a few requests on a string
-identity model, so BYTES models are refused at load.
+FP64; the CPU plugin computes INT64 / UINT64 in 32 bits (an input value beyond is a 400 naming the tensor, not a
+wrong answer) and FP64 in FP32. OpenVINO 2026.4 has string tensors, but its CPU plugin crashed (segfault)
+within a few requests on a string identity model, so BYTES models are refused at load.
 
 Instances, and why. Each ``instance_group`` entry compiles the model once (one CompiledModel, CPU only: a
 KIND_GPU group is refused, NVIDIA GPUs are not OpenVINO devices) and makes ``max(count,
