@@ -6,8 +6,9 @@ similarity of each row to PyTorch fp32's (each token's vector for per-token outp
 (``last_hidden_state``, token-classification ``logits``) only positions whose ``attention_mask`` is 1 count:
 a padded position's value means nothing, and fused kernels are free to compute it differently. The reference
 is the wrapper on the model's own 2-D mask path, in float32, whichever mask the exported graph builds. The
-export refuses to write the model when an fp32 output differs by more than the tolerance, or a bf16 / int8
-output's cosine falls below the bound.
+export refuses to write the model when an fp32 output differs by more than the tolerance, or, for bf16 and
+int8, the cosine of the pooled output (``sentence_embedding``; every output where there is none) falls below
+the bound; every output's cosine is reported.
 
 The runtime is ONNX Runtime for ``model.onnx``, ``torch.jit.load`` for ``model.pt`` and OpenVINO's CPU
 plugin for ``model.xml`` (``_runners``).

@@ -213,7 +213,10 @@ def _verdict(options: ExportOptions, comparison: Comparison, model_file: str) ->
                 comparison.min_cosine,
             )
         return
-    under = {n: c for n, c in comparison.min_cosine.items() if not c >= options.min_cosine}
+    # the bound is on what a service uses: the pooled output where there is one (a token's vector moves more
+    # than the mean of its sentence); every output's cosine is reported
+    bounded = [n for n in comparison.min_cosine if n == "sentence_embedding"] or list(comparison.min_cosine)
+    under = {n: comparison.min_cosine[n] for n in bounded if not comparison.min_cosine[n] >= options.min_cosine}
     if under:
         name, cosine = min(under.items(), key=lambda item: item[1])
         raise ExportCheckError(
