@@ -86,6 +86,8 @@ def test_a_config_is_completed_from_the_ir(tmp_path: Path) -> None:
     shown = [(t.name, t.data_type, list(t.dims)) for t in [*config.input, *config.output]]
     fp32 = 11  # TYPE_FP32
     assert shown == [("INPUT0", fp32, [-1]), ("INPUT1", fp32, [-1]), ("OUTPUT0", fp32, [-1]), ("OUTPUT1", fp32, [-1])]
+    write_ir(tmp_path, "by_platform", om.add_sub(["batch", "n"]), 'name: "by_platform"\nplatform: "openvino"\n')
+    assert get_backend(ModelRepository(tmp_path, gpus=()).load("by_platform").config).name == "openvino"
 
 
 def test_an_onnx_file_through_default_model_filename(tmp_path: Path) -> None:
