@@ -4,6 +4,7 @@ happen (serving ONNX importing torch). The in-process tests and the models are i
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -141,6 +142,12 @@ def test_process_wide_settings_are_set_by_the_first_model(server: ModelsvcProces
     ) in log
     assert "INTER_OP_THREAD_COUNT=1 is ignored" not in log  # the same value: nothing to say
     assert log.count("PyTorch setting INTRA_OP_THREAD_COUNT") == 1
+
+
+def test_pytorch_starts_with_passive_openmp_threads(server: ModelsvcProcess) -> None:
+    if "OMP_WAIT_POLICY" in os.environ:
+        pytest.skip("the environment sets OMP_WAIT_POLICY, which the server keeps")
+    assert "PyTorch starts with OMP_WAIT_POLICY=PASSIVE" in server.log()
 
 
 def test_strings_in_a_batch(server: ModelsvcProcess) -> None:

@@ -64,6 +64,9 @@ def _python() -> Backend:
 
 
 def _pytorch() -> Backend:
+    from ._pytorch_spec import passive_openmp
+
+    passive_openmp()  # before torch loads: see its docstring
     try:
         import torch  # noqa: F401
     except (ImportError, OSError) as exc:

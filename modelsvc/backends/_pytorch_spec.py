@@ -6,6 +6,8 @@ signature from the loaded module and hands it over as plain data."""
 from __future__ import annotations
 
 import logging
+import os
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +44,19 @@ _PT2_ONLY = ("NUM_THREADS", "NUM_INTEROP_THREADS", "TORCH_COMPILE_OPTIONAL_PARAM
 
 def data_type_name(value: int) -> str:
     return str(model_config_pb2.DataType.Name(value))
+
+
+def passive_openmp() -> None:
+    """Start PyTorch with ``OMP_WAIT_POLICY=PASSIVE`` unless the environment sets it or torch is already loaded.
+
+    OpenMP's worker threads spin while they wait for work (its ACTIVE policy); on a machine with few cores they take
+    the cores from the server's event loop, its batcher and the other instances. Measured on 2 cores with other work
+    running: MiniLM-L6, batch 1 x 128 tokens, 2 intra-op threads, eager PyTorch: about 126 ms PASSIVE, 780-1300 ms
+    spinning (125-150 ms with one thread). OpenMP reads the variable once, when torch loads."""
+    if "torch" in sys.modules or "OMP_WAIT_POLICY" in os.environ:
+        return
+    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    logger.info("PyTorch starts with OMP_WAIT_POLICY=PASSIVE (set OMP_WAIT_POLICY=ACTIVE to let its threads spin)")
 
 
 # --- parameters ---------------------------------------------------------------------------------------------
