@@ -131,7 +131,7 @@ def reshape(model: ov.Model, config: ModelConfig, options: OpenVINOOptions) -> N
         elif entry is not None and dims is not None and (entry.dims or entry.HasField("reshape")):
             given = _entry_dims(entry)  # a -1 where the model is static: that dimension becomes dynamic
             offset = len(dims) - len(given)
-            if offset in (0, 1 if mbs > 0 else 0):
+            if offset == (1 if mbs > 0 else 0):  # else the ranks differ: complete_config says so
                 for i, g in enumerate(given):
                     if g == -1 and dims[offset + i] != -1:
                         dims[offset + i] = -1
