@@ -123,7 +123,7 @@ def test_missing_model_and_file_instead_of_directory(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("config", "fragment", "line"),
     [
-        ('backend: "pytorch"\n', "backend 'pytorch' is not supported", 1),
+        ('backend: "dali"\n', "backend 'dali' is not supported", 1),
         (
             'max_batch_size: 0\nplatform: "tensorflow_savedmodel"\n',
             "backend 'tensorflow' is not supported",
