@@ -193,12 +193,15 @@ def test_instances_are_the_infer_requests_of_one_compiled_model_per_group(tmp_pa
         instance.close()
 
 
-def test_the_default_instance_group_runs_on_the_cpu_on_a_gpu_machine(tmp_path: Path) -> None:
+def test_the_default_and_auto_instance_groups_run_on_the_cpu_on_a_gpu_machine(tmp_path: Path) -> None:
     write_ir(tmp_path, "m", om.identity("FP32", ["batch", "n"]), identity_config("m"))
-    source = ModelRepository(tmp_path, gpus=(0,)).load("m")  # read as on a machine with one GPU
-    assert [g.kind for g in source.config.instance_group] == [1]  # KIND_GPU: the repository's default group
-    (instance,) = get_backend(source.config).create_instances(source.config, source.artifact(1), 1)
-    assert instance.device == "cpu"
+    auto = identity_config("auto", extra="instance_group [ { kind: KIND_AUTO } ]")
+    write_ir(tmp_path, "auto", om.identity("FP32", ["batch", "n"]), auto)
+    for name in ("m", "auto"):
+        source = ModelRepository(tmp_path, gpus=(0,)).load(name)  # read as on a machine with one GPU
+        assert [g.kind for g in source.config.instance_group] == [2]  # KIND_CPU, as Triton's openvino prefers
+        (instance,) = get_backend(source.config).create_instances(source.config, source.artifact(1), 1)
+        assert instance.device == "cpu"
 
 
 def test_a_fixed_batch_is_padded_only_when_asked(tmp_path: Path) -> None:

@@ -99,13 +99,10 @@ def core() -> ov.Core:
 
 
 def _cpu_places(config: ModelConfig) -> list[Placement]:
-    """The instances the config asks for, all on the CPU: KIND_AUTO is CPU here, KIND_GPU a ModelLoadError, except
-    the group the repository adds to a config without one (named after the model), which it makes KIND_GPU on a
-    machine with GPUs: that one runs on the CPU, as Triton's openvino backend prefers for its default group."""
-    groups = list(config.instance_group)
-    default = len(groups) == 1 and groups[0].name == config.name
-    for group in groups:
-        if group.kind == _KIND_GPU and not default:
+    """The instances the config asks for, all on the CPU. The repository makes this backend's default and KIND_AUTO
+    groups KIND_CPU (Triton's openvino backend prefers the CPU); an explicit KIND_GPU group is a ModelLoadError."""
+    for group in config.instance_group:
+        if group.kind == _KIND_GPU:
             raise ModelLoadError(
                 f"instance group '{group.name or config.name}' of model '{config.name}' is KIND_GPU, but the "
                 "openvino backend runs on OpenVINO devices (parameter TARGET_DEVICE), not CUDA GPUs: use KIND_CPU"

@@ -36,6 +36,7 @@ _SUFFIX_BACKENDS = {
     ".engine": "tensorrt",
     ".py": "python",
     ".pt": "pytorch",
+    ".xml": "openvino",
 }
 
 

@@ -24,6 +24,9 @@ KIND_CPU = model_config_pb2.ModelInstanceGroup.KIND_CPU
 DEFAULT_INSTANCE_COUNT = 1
 CPU_DEFAULT_INSTANCE_COUNT = 2
 _TWO_CPU_INSTANCE_BACKENDS = ("onnxruntime", "tensorflow")
+#: backends whose default and KIND_AUTO groups run on the CPU on a GPU machine too (Triton's openvino backend
+#: prefers KIND_CPU: its devices are OpenVINO's, not CUDA GPUs)
+_CPU_PREFERRING_BACKENDS = ("openvino",)
 
 _IO = ("input", "output")
 
@@ -43,13 +46,14 @@ def _normalize_instance_groups(config: ModelConfig, loc: Locator, gpus: Sequence
     """Triton's NormalizeInstanceGroup: a default group, and a name, kind and count for every group."""
     if config.HasField("ensemble_scheduling"):
         return
+    cpu_preferred = backend_name(config) in _CPU_PREFERRING_BACKENDS
     if len(config.instance_group) == 0:
-        group = config.instance_group.add(name=config.name, kind=KIND_GPU if gpus else KIND_CPU)
+        group = config.instance_group.add(name=config.name, kind=KIND_GPU if gpus and not cpu_preferred else KIND_CPU)
     for index, group in enumerate(config.instance_group):
         if not group.name:
             group.name = f"{config.name}_{index}"
         if group.kind == KIND_AUTO:
-            on_gpu = bool(gpus) and all(g in gpus for g in group.gpus)
+            on_gpu = bool(gpus) and not cpu_preferred and all(g in gpus for g in group.gpus)
             group.kind = KIND_GPU if on_gpu else KIND_CPU
         if group.kind not in (KIND_CPU, KIND_GPU):
             raise loc.error(
