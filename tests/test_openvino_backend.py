@@ -361,3 +361,13 @@ def test_bad_openvino_models_are_unavailable_with_the_reason(server: ModelsvcPro
     assert "'logits'" in index["bad_names"]["reason"]
     assert index["bad_param"]["state"] == "UNAVAILABLE"
     assert "'NUM_STREAMS'" in index["bad_param"]["reason"]
+
+
+def test_a_config_without_a_backend_line_is_read_as_openvino_from_its_model_xml(tmp_path: Path) -> None:
+    """Triton's rule, as for model.onnx or model.pt: the model file (here default_model_filename) names the backend."""
+    config = identity_config("named", extra='default_model_filename: "model.xml"').replace(BACKEND, "")
+    write_ir(tmp_path, "named", om.identity("FP32", ["batch", "n"]), config)
+    write_ir(tmp_path, "found", om.identity("FP32", ["batch", "n"]), identity_config("found").replace(BACKEND, ""))
+    for name in ("named", "found"):
+        source = ModelRepository(tmp_path).load(name)
+        assert source.config.backend == "openvino", name
