@@ -96,8 +96,8 @@ def _onnx_stage(
         large = _folder_bytes(exported.parent) > _EXTERNAL_DATA_BYTES
         fused = optimize(exported, final, config, large)
         timings["optimize"] = time.monotonic() - started
-        summary = ", ".join(f"{op} {n}" for op, n in sorted(fused.items())) or "nothing"
-        log(f"optimized in {timings['optimize']:.1f} s; fused: {summary}")
+        shown = ", ".join(f"{op} {n}" for op, n in sorted(fused.items())) or "nothing"
+        log(f"optimized in {timings['optimize']:.1f} s; fused {shown}")
         if not fused.get("Attention") and not fused.get("MultiHeadAttention"):
             log(
                 "warning: ONNX Runtime's optimizer fused no attention: the model's attention subgraph is not "
