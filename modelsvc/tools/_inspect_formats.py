@@ -17,7 +17,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from .inspect_model import InspectError, ModelInfo, TensorInfo
+from ._inspect_types import InspectError, ModelInfo, TensorInfo
 
 __all__ = ["UNKNOWN", "inspect_openvino", "inspect_torchscript", "openvino_tensors"]
 
