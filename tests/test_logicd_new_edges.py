@@ -7,16 +7,15 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import sqlite3
 import subprocess
 import sys
-from contextlib import closing
 from pathlib import Path
 
 import pytest
 
 from logicd._cli import main
 from logicd._new import NewError, name_error, new_service
+from tests._mypy import copy_of_the_projects_mypy_cache
 from tests._server import ROOT
 
 CACHE_NAME = "all-MiniLM-L6-v2.mean.optimized.onnx"
@@ -78,26 +77,6 @@ def test_a_logic_module_already_used_by_a_sibling_service_is_refused(tmp_path):
     (sibling / "classifier.py").write_text("service = None\n")
     with pytest.raises(NewError):
         new_service("classifier", template="blank", output_dir=tmp_path)
-
-
-def copy_of_the_projects_mypy_cache(dest: Path) -> Path:
-    """``dest``, a copy of the project's own mypy cache where there is one (CI runs mypy before the tests): logicd,
-    modelsvc, numpy and the rest were analysed under the same config, so mypy checks again only what changed
-    since (cold, the run below takes 40 s on 2 idle cores). Its SQLite files are copied with SQLite's backup, safe
-    while another mypy writes them."""
-    source = ROOT / ".mypy_cache"
-    dest.mkdir(parents=True, exist_ok=True)
-    for path in sorted(source.rglob("*")) if source.is_dir() else []:
-        target = dest / path.relative_to(source)
-        if path.is_dir():
-            target.mkdir(parents=True, exist_ok=True)
-        elif path.suffix == ".db":
-            db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-            with closing(db), closing(sqlite3.connect(target)) as copy:
-                db.backup(copy)
-        elif path.suffix not in (".lock", ".tmp"):
-            shutil.copyfile(path, target)
-    return dest
 
 
 @pytest.mark.skipif(shutil.which("mypy", path=str(Path(sys.executable).parent)) is None, reason="no mypy")

@@ -20,6 +20,7 @@ import pytest
 
 from modelsvc.client import AsyncClient, Client, InvalidInput, ModelMetadata, TensorSpec
 from modelsvc.tools.stubgen import class_name, python_names, render_stub
+from tests._mypy import copy_of_the_projects_mypy_cache
 from tests._server import ROOT, ModelsvcProcess, free_port
 
 pytestmark = pytest.mark.integration
@@ -106,10 +107,12 @@ def _stubgen(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-# as for an installed package, mypy reads modelsvc's types but keeps its own findings to itself
+# as for an installed package, mypy reads modelsvc's types but keeps its own findings to itself; warn_unreachable
+# as in the project's config, whose cache (tests/_mypy.py) then serves for numpy, the standard library and the rest
 MYPY_INI = """\
 [mypy]
 strict = True
+warn_unreachable = True
 
 [mypy-modelsvc.*]
 follow_imports = silent
@@ -118,6 +121,8 @@ follow_imports = silent
 
 def _mypy(folder: Path, script: str) -> subprocess.CompletedProcess[str]:
     (folder / "mypy.ini").write_text(MYPY_INI)
+    if not (folder / ".mypy_cache").exists():
+        copy_of_the_projects_mypy_cache(folder / ".mypy_cache")
     env = dict(os.environ, MYPYPATH=str(ROOT))  # the editable install's import hook is invisible to mypy
     command = [sys.executable, "-m", "mypy", "--config-file", "mypy.ini", "--cache-dir", ".mypy_cache", script]
     return subprocess.run(command, capture_output=True, text=True, cwd=folder, env=env, timeout=300)
