@@ -20,9 +20,13 @@ Backends (``--backend``, ``--precision``):
   model.xml + model.bin.
 - ``pytorch`` fp32 or bf16: model.pt (TorchScript), ``platform: "pytorch_libtorch"``.
 - ``auto`` (the default): openvino bf16 where the CPU has native bf16 (``amx_bf16`` or ``avx512_bf16`` in
-  /proc/cpuinfo), else onnxruntime fp32, the fastest that keeps parity on a 2-core AVX2 machine (MiniLM,
-  batch 4 x 512 tokens: ORT fp32 fused ~0.5 s, OpenVINO f32 ~1.0 s, OpenVINO int8 weights ~0.55 s but cosine
-  0.9989 on short texts, PyTorch fp32 ~1.1 s, ORT int8 cosine 0.90-0.996).
+  /proc/cpuinfo), else onnxruntime fp32 (the committed config); with ``--precision`` bf16 or int8, openvino.
+  Measured in-process on a 2-core AVX2 EPYC (MiniLM, batch 4 x 512 tokens, 2 threads, the machine shared, so by
+  median of runs interleaved round by round): ORT fp32 fused 1.81 s, OpenVINO f32 1.83 s (bf16 hint: f32 ran,
+  1.75 s), OpenVINO int8 weights 1.85 s, ORT int8 1.88 s, PyTorch eager 4.38 s, TorchScript 5.01 s; on a quieter
+  run ORT fp32 fused took 0.50 s and OpenVINO f32 about 1.0 s. The int8 variants lose parity (sentence cosine
+  0.9989 for OpenVINO's int8 weights on short texts, 0.98-0.996 for ORT's), so ORT fp32 fused is the fastest
+  that keeps it here.
 
 The config: the committed config.pbtxt of each service is onnxruntime's. Another backend's config is the
 committed one with its ``backend`` line swapped (and, for openvino bf16, one ``parameters`` line added), each
@@ -75,9 +79,10 @@ def choose(backend: str = "auto", precision: str | None = None, cpuinfo: str | N
         except OSError:
             cpuinfo = ""
     flags = set(cpuinfo.split())
-    if precision is None and flags & {"amx_bf16", "avx512_bf16"}:
-        return "openvino", "bf16"
-    return "onnxruntime", precision or "fp32"
+    if precision is None:
+        return ("openvino", "bf16") if flags & {"amx_bf16", "avx512_bf16"} else ("onnxruntime", "fp32")
+    # a precision asked for: the backend that does it best (ORT has no bf16; OpenVINO's int8 keeps closer)
+    return ("onnxruntime", "fp32") if precision == "fp32" else ("openvino", precision)
 
 
 def config_text(committed: str, backend: str, precision: str) -> str:

@@ -52,7 +52,9 @@ def test_auto_picks_by_the_cpu_flags():
     assert build.choose("auto", cpuinfo="flags\t: fpu avx2 fma") == ("onnxruntime", "fp32")
     assert build.choose("auto", cpuinfo="flags\t: avx512f amx_bf16 amx_tile") == ("openvino", "bf16")
     assert build.choose("auto", cpuinfo="flags\t: avx512f avx512_bf16") == ("openvino", "bf16")
-    assert build.choose("auto", "int8", cpuinfo="flags\t: avx2") == ("onnxruntime", "int8")
+    assert build.choose("auto", "int8", cpuinfo="flags\t: avx2") == ("openvino", "int8")
+    assert build.choose("auto", "bf16", cpuinfo="flags\t: avx2") == ("openvino", "bf16")
+    assert build.choose("auto", "fp32", cpuinfo="flags\t: amx_bf16") == ("onnxruntime", "fp32")
     assert build.choose("pytorch") == ("pytorch", "fp32")
     assert build.choose("openvino", "int8") == ("openvino", "int8")
 
