@@ -235,7 +235,7 @@ def build(
     versions = {s: model_file(s, root, backend).parent for s in SERVICES}
     complete = [v for v in versions.values() if all((v / f).is_file() for f in files)]
     built = None if force or stale or not complete else complete[0]
-    with tempfile.TemporaryDirectory(prefix=".build-", dir=root) as scratch:
+    with tempfile.TemporaryDirectory(prefix="services-build-") as scratch:
         if built is None:
             repository = Path(scratch) / "model_repository"
             (repository / MODEL_NAME).mkdir(parents=True)
