@@ -23,6 +23,7 @@ config's output names in order, how a TorchScript module's tuple is read).
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -83,6 +84,9 @@ def _openvino(path: str, params: dict[str, str]) -> Loaded:
 
 
 def _pytorch(path: str, params: dict[str, str]) -> Loaded:
+    # as modelsvc's PyTorch backend starts it: OpenMP threads that wait passively (spinning ones took 2-5x longer per
+    # call here whenever anything else ran on the 2 cores)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     import torch
 
     module = torch.jit.load(path, map_location="cpu")  # type: ignore[no-untyped-call]
