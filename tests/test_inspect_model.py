@@ -154,3 +154,36 @@ def test_plan_without_tensorrt(tmp_path: Path, capsys: pytest.CaptureFixture[str
     err = capsys.readouterr().err
     assert "pip install 'modelsvc[tensorrt]'" in err
     assert "Traceback" not in err
+
+
+def test_missing_extras_are_named(tmp_path: Path) -> None:
+    """A .pt without torch and a .xml without openvino: an InspectError naming the extra, not a traceback; and
+    `modelsvc export --format openvino` without openvino: exit 2 naming the extra, before the model is loaded."""
+    (tmp_path / "model.pt").write_bytes(b"x")
+    (tmp_path / "model.xml").write_text("<net/>")
+    (tmp_path / "model.bin").write_bytes(b"")
+    code = (
+        "import sys; sys.modules['torch'] = None; sys.modules['openvino'] = None\n"
+        "from modelsvc.tools.inspect_model import InspectError, inspect_model\n"
+        "for name in ('model.pt', 'model.xml'):\n"
+        "    try:\n"
+        "        inspect_model(sys.argv[1] + '/' + name)\n"
+        "    except InspectError as exc:\n"
+        "        print(exc)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert "is a TorchScript model; reading it needs torch: pip install 'modelsvc[pytorch]'" in done.stdout
+    assert "is an OpenVINO IR; reading it needs openvino: pip install 'modelsvc[openvino]'" in done.stdout
+    export = "import sys; sys.modules['openvino'] = None; from modelsvc._cli import main; sys.exit(main(sys.argv[1:]))"
+    args = ["export", str(tmp_path / "nothing"), "--model-repository", str(tmp_path / "r"), "--model-name", "m"]
+    done = subprocess.run(
+        [sys.executable, "-c", export, *args, "--format", "openvino"], capture_output=True, text=True, cwd=ROOT,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "--format openvino needs OpenVINO" in done.stderr
+    assert "pip install 'modelsvc[openvino]'" in done.stderr
+    assert not (tmp_path / "r").exists()

@@ -232,6 +232,8 @@ def export_model(options: ExportOptions) -> ExportReport:
     validate(options)
     log = options.log
     mods = import_torch()
+    if options.format == "openvino":  # before the model is loaded: a missing extra is a usage error at once
+        import_openvino(options.precision)
     timings: dict[str, float] = {}
     started = time.monotonic()
     with transformers_quiet(mods.transformers):
