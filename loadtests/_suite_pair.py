@@ -27,8 +27,9 @@ def classify(base: str, documents: list[str]) -> list[dict[str, Any]]:
     return results
 
 
-def correctness_guard(pair: str, naive: str, documents: list[str]) -> tuple[bool, str]:
-    """Both services give each document the same label, probabilities within 1e-3, and the same window count."""
+def correctness_guard(pair: str, naive: str, documents: list[str]) -> tuple[bool, str, list[dict[str, Any]]]:
+    """Both services give each document the same label, probabilities within 1e-3, and the same window count;
+    also the pair's answers."""
     ours, theirs = classify(pair, documents), classify(naive, documents)
     same = 0
     worst = 0.0
@@ -39,7 +40,7 @@ def correctness_guard(pair: str, naive: str, documents: list[str]) -> tuple[bool
         worst = max(worst, diff)
         same += a["label"] == b["label"] and a["chunks"] == b["chunks"] and diff < 1e-3
     ok = same == len(documents)
-    return ok, f"labels agree {same}/{len(documents)} (max probability difference {worst:.1e})"
+    return ok, f"labels agree {same}/{len(documents)} (max probability difference {worst:.1e})", ours
 
 
 def bench_pair(settings: Settings) -> list[Row]:
@@ -50,10 +51,10 @@ def bench_pair(settings: Settings) -> list[Row]:
         print("  starting doc_classifier (modelsvc + logicd) and the naive service", flush=True)
         pair = stack.enter_context(_servers.service_pair("doc_classifier"))
         naive = stack.enter_context(_servers.naive_service())
-        ok, guard = correctness_guard(pair, naive, [text for _, text in docs[:6]])
+        ok, guard, answers = correctness_guard(pair, naive, [text for _, text in docs[:6]])
         if not ok:
             raise RuntimeError(f"correctness guard failed: {guard}")
-        tokens = [r["tokens"] for r in classify(pair, [text for _, text in docs[:6]])]
+        tokens = [r["tokens"] for r in answers]
         per: dict[int, tuple[list[Stats], list[Stats]]] = {c: ([], []) for c in settings.pair_concurrency}
         for i in range(settings.rounds):
             for c in settings.pair_concurrency:
