@@ -9,6 +9,26 @@ from dataclasses import dataclass, field
 
 from ._base import ModelConfig, ModelLoadError
 
+#: OpenVINO element type name -> model config DataType name. OpenVINO 2026.4 has string tensors, but its CPU
+#: plugin corrupts memory when one runs through a model (a segfault within a few requests in our checks), so
+#: TYPE_STRING models are refused at load (see ``check_datatype``).
+OV_TO_CONFIG: dict[str, str] = {
+    "boolean": "TYPE_BOOL",
+    "u8": "TYPE_UINT8",
+    "u16": "TYPE_UINT16",
+    "u32": "TYPE_UINT32",
+    "u64": "TYPE_UINT64",
+    "i8": "TYPE_INT8",
+    "i16": "TYPE_INT16",
+    "i32": "TYPE_INT32",
+    "i64": "TYPE_INT64",
+    "f16": "TYPE_FP16",
+    "bf16": "TYPE_BF16",
+    "f32": "TYPE_FP32",
+    "f64": "TYPE_FP64",
+    "string": "TYPE_STRING",
+}
+
 #: the keys Triton's openvino backend reads (and modelsvc with it)
 TRITON_KEYS = (
     "PERFORMANCE_HINT",

@@ -17,30 +17,13 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from ..backends._openvino_options import OV_TO_CONFIG
 from ._inspect_types import InspectError, ModelInfo, TensorInfo
 
 __all__ = ["UNKNOWN", "inspect_openvino", "inspect_torchscript", "openvino_tensors"]
 
 #: the datatype shown where the file records none (TorchScript)
 UNKNOWN = "unknown"
-
-# OpenVINO element type names -> model configuration datatype names
-_OV_TO_CONFIG = {
-    "boolean": "TYPE_BOOL",
-    "u8": "TYPE_UINT8",
-    "u16": "TYPE_UINT16",
-    "u32": "TYPE_UINT32",
-    "u64": "TYPE_UINT64",
-    "i8": "TYPE_INT8",
-    "i16": "TYPE_INT16",
-    "i32": "TYPE_INT32",
-    "i64": "TYPE_INT64",
-    "f16": "TYPE_FP16",
-    "f32": "TYPE_FP32",
-    "f64": "TYPE_FP64",
-    "bf16": "TYPE_BF16",
-    "string": "TYPE_STRING",
-}
 
 
 def _module(name: str, path: Path, what: str, extra: str) -> Any:
@@ -111,7 +94,7 @@ def _ov_tensor(port: Any) -> TensorInfo:
     names = sorted(port.get_names())
     name = port.get_any_name() if names else ""
     element = port.get_element_type().get_type_name()
-    datatype = _OV_TO_CONFIG.get(element, f"ov.{element}")
+    datatype = OV_TO_CONFIG.get(element, f"ov.{element}")
     shape = port.get_partial_shape()
     if shape.rank.is_dynamic:
         return TensorInfo(name, datatype, (-1,), ("any rank",))
