@@ -21,10 +21,8 @@ will run them.
 from __future__ import annotations
 
 import importlib
-import logging
 import warnings
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +33,7 @@ from ._check import Run
 from ._errors import ExportError, ExportUsageError, first_line
 from ._inputs import Feeds
 from ._load import Torch
+from ._onnx import quiet
 from ._wrapper import Plan, wrap
 
 __all__ = [
@@ -68,21 +67,6 @@ def import_openvino(precision: str) -> Any:
             f"({first_line(exc)}): pip install 'modelsvc[openvino]'"
         ) from None
     return ov
-
-
-@contextmanager
-def _quiet() -> Iterator[None]:
-    loggers = [logging.getLogger(name) for name in ("nncf", "root", "onnxruntime")]
-    levels = [logger.level for logger in loggers]
-    try:
-        for logger in loggers:
-            logger.setLevel(logging.ERROR)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        for logger, level in zip(loggers, levels, strict=True):
-            logger.setLevel(level)
 
 
 # --- TorchScript -------------------------------------------------------------------------------------
@@ -146,7 +130,7 @@ def onnx_int8(source: Path, target: Path) -> None:
     """ONNX Runtime's dynamic quantization: int8 weights (per channel) for MatMuls, activations at run time."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    with _quiet():
+    with quiet("nncf", "root", "onnxruntime"):
         quantize_dynamic(
             str(source), str(target), weight_type=QuantType.QInt8, per_channel=True, op_types_to_quantize=["MatMul"]
         )
@@ -176,7 +160,7 @@ def openvino_convert(ov: Any, source: Path, target: Path, precision: str) -> Non
         raise ExportError(f"openvino.convert_model could not convert the ONNX model: {first_line(exc)}") from exc
     if precision == "int8":
         nncf = importlib.import_module("nncf")
-        with _quiet():
+        with quiet("nncf", "root", "onnxruntime"):
             model = nncf.compress_weights(model, mode=nncf.CompressWeightsMode.INT8_ASYM)
     ov.save_model(model, str(target), compress_to_fp16=False)
 

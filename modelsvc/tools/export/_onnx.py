@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import onnx
@@ -20,13 +20,14 @@ from ._inputs import Feeds
 from ._load import Torch
 from ._wrapper import Plan
 
-__all__ = ["default_opset", "quiet_torch_export", "torch_export"]
+__all__ = ["default_opset", "quiet", "quiet_torch_export", "torch_export"]
 
 
 @contextmanager
-def quiet_torch_export() -> Iterator[None]:
-    """torch.onnx reports deprecations and hints that are not the user's to act on; keep them out of the way."""
-    loggers = [logging.getLogger(name) for name in ("torch.onnx", "torch.export", "torch._export", "onnxscript")]
+def quiet(*names: str) -> Iterator[None]:
+    """Warnings, and the named loggers below ERROR, kept out of the way: the converters' deprecations and hints
+    are not the user's to act on."""
+    loggers = [logging.getLogger(name) for name in names]
     levels = [logger.level for logger in loggers]
     try:
         for logger in loggers:
@@ -37,6 +38,11 @@ def quiet_torch_export() -> Iterator[None]:
     finally:
         for logger, level in zip(loggers, levels, strict=True):
             logger.setLevel(level)
+
+
+def quiet_torch_export() -> AbstractContextManager[None]:
+    """torch.onnx's deprecations and hints kept out of the way."""
+    return quiet("torch.onnx", "torch.export", "torch._export", "onnxscript")
 
 
 def torch_export(mods: Torch, module: Any, feeds: Feeds, plan: Plan, opset: int) -> Any:
@@ -64,4 +70,3 @@ def torch_export(mods: Torch, module: Any, feeds: Feeds, plan: Plan, opset: int)
 
 def default_opset(model: onnx.ModelProto) -> int:
     return next((op.version for op in model.opset_import if op.domain in ("", "ai.onnx")), 0)
-
