@@ -97,6 +97,8 @@ class Result:
     runs_as: str = ""
     build_s: float = 0.0
     build_notes: list[str] = field(default_factory=list)
+    worker: dict[str, Any] = field(default_factory=dict)
+    """What the in-process worker runs (runtime and version, providers, OpenVINO's precision, torch's threads)."""
     cosine: float | None = None
     labels: str = ""
     labels_agree: int | None = None
@@ -160,6 +162,7 @@ class Run:
                 worker = Worker(built)  # the in-process rows and the parity check
                 stack.callback(worker.close)
                 self.workers[key] = worker
+                self.results[key].worker = worker.info
                 if precision := worker.info.get("inference_precision"):
                     self.results[key].runs_as += f" (OpenVINO runs {precision})"
                 if "served" in self.parts or "pair" in self.parts:
