@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -95,11 +96,16 @@ def tree(folder: Path) -> dict[str, bytes]:
 
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """One service of each template, written with --no-input."""
+    """One service of each template, written with --no-input (the commands run at the same time)."""
     out = tmp_path_factory.mktemp("new")
     folders = {}
-    for template in TEMPLATES:
-        done = new(service_name(template), "--template", template, "--no-input", "-o", str(out), cwd=out)
+
+    def write(template: str) -> subprocess.CompletedProcess[str]:
+        return new(service_name(template), "--template", template, "--no-input", "-o", str(out), cwd=out)
+
+    with ThreadPoolExecutor(len(TEMPLATES)) as pool:
+        runs = dict(zip(TEMPLATES, pool.map(write, TEMPLATES), strict=True))
+    for template, done in runs.items():
         assert done.returncode == 0, done.stderr
         assert f"wrote the {template} service" in done.stdout
         folders[template] = out / service_name(template)
