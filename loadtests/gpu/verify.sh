@@ -7,14 +7,14 @@
 #
 # The wheel folder (--wheels DIR or $WHEELS) holds every wheel the steps install, for this machine's Python and
 # platform: nothing is fetched (pip install --no-index --find-links DIR). Make it where the internet is, e.g.
-#   pip download -d DIR setuptools torch '.[tensorrt,export,examples]' pytest pytest-asyncio pytest-timeout
+#   pip download -d DIR setuptools torch '.[tensorrt,export,examples,openvino]' pytest pytest-asyncio pytest-timeout ml_dtypes
 # with NVIDIA's package index as an extra index (TensorRT's libraries are published there), on the same Python
 # version and platform as the GPU machine. $EXTRA_PACKAGES names more requirements to install from it (e.g.
 # "onnxruntime-gpu[cuda,cudnn]" where the machine has no CUDA and cuDNN of its own for ONNX Runtime).
 #
 # Steps, each bounded in time, its output in OUT/logs/NN-step.log:
 #   1. the GPU: nvidia-smi must run (no GPU, no driver: exit 2 with the reason);
-#   2. a venv from the wheels: torch, modelsvc with the tensorrt, export and examples extras, pytest;
+#   2. a venv from the wheels: torch, modelsvc with the tensorrt, export, examples and openvino extras, pytest;
 #      TensorRT, cuda.bindings and ONNX Runtime's CUDA provider must import;
 #   3. models: MiniLM for the services (python -m services.build) and, for plans, MiniLM and a BERT-base-sized
 #      model with random weights (BertConfig's defaults: 12 layers, hidden 768, saved with save_pretrained),
@@ -148,8 +148,8 @@ if [[ ! -x "$PY" ]]; then
 fi
 step install-setuptools 60 "${PIP[@]}" "setuptools>=77"
 # shellcheck disable=SC2086 # EXTRA_PACKAGES is a list of requirements
-step install 300 "${PIP[@]}" --no-build-isolation torch -e "${ROOT}[tensorrt,export,examples]" \
-  pytest pytest-asyncio pytest-timeout $EXTRA_PACKAGES
+step install 300 "${PIP[@]}" --no-build-isolation torch -e "${ROOT}[tensorrt,export,examples,openvino]" \
+  pytest pytest-asyncio pytest-timeout ml_dtypes $EXTRA_PACKAGES
 step imports 60 "$PY" -c "
 import onnxruntime as ort, tensorrt, pynvml
 from cuda.bindings import runtime
