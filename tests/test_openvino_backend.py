@@ -20,7 +20,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from modelsvc.backends import ConfigMismatchError, ModelInstance, ModelLoadError, get_backend
+from modelsvc.backends import ConfigMismatchError, ModelConfig, ModelInstance, ModelLoadError, get_backend
 from modelsvc.protocol import InvalidArgument
 from modelsvc.repository import ModelRepository
 from modelsvc.tools import onnx_models as om
@@ -371,3 +371,15 @@ def test_a_config_without_a_backend_line_is_read_as_openvino_from_its_model_xml(
     for name in ("named", "found"):
         source = ModelRepository(tmp_path).load(name)
         assert source.config.backend == "openvino", name
+
+
+def test_an_ir_with_an_unnamed_output_fails_the_load_naming_the_model(tmp_path: Path) -> None:
+    # ov.convert_model of a PyTorch module gives its outputs no tensor names, and ov.save_model keeps none
+    write_ir(tmp_path, "m", om.identity("FP32", ["batch", "n"]), None)
+    xml = tmp_path / "m" / "1" / "model.xml"
+    model = ov.Core().read_model(str(xml))
+    model.outputs[0].get_tensor().set_names(set())
+    ov.serialize(model, str(xml))
+    config = ModelConfig(name="m", backend="openvino")
+    with pytest.raises(ModelLoadError, match=r"model 'm': output 0 of '.*model.xml' has no tensor name"):
+        get_backend(config).autocomplete(config, xml)

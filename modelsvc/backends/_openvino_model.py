@@ -66,9 +66,18 @@ def read_model(core: ov.Core, artifact: Path, config: ModelConfig) -> ov.Model:
     if not artifact.is_file():
         raise ModelLoadError(f"unable to find '{artifact}' for model '{config.name}'")
     try:
-        return core.read_model(str(artifact))
+        model = core.read_model(str(artifact))
     except Exception as exc:  # OpenVINO raises RuntimeError subclasses with its own text
         raise ModelLoadError(f"model '{config.name}': OpenVINO cannot read '{artifact}': {exc}") from exc
+    for kind, found in (("input", model.inputs), ("output", model.outputs)):
+        for index, port in enumerate(found):
+            if not port.get_names():  # ov.convert_model of a PyTorch module names no output, and a config needs one
+                raise ModelLoadError(
+                    f"model '{config.name}': {kind} {index} of '{artifact}' has no tensor name, which the "
+                    f"configuration needs: name it before saving the model, e.g. model.{kind}s[{index}].get_tensor()"
+                    f'.set_names({{"{kind.upper()}{index}"}})'
+                )
+    return model
 
 
 def _find(found: list[Port], name: str) -> Port | None:
