@@ -383,3 +383,17 @@ def test_an_ir_with_an_unnamed_output_fails_the_load_naming_the_model(tmp_path: 
     config = ModelConfig(name="m", backend="openvino")
     with pytest.raises(ModelLoadError, match=r"model 'm': output 0 of '.*model.xml' has no tensor name"):
         get_backend(config).autocomplete(config, xml)
+
+
+def test_uint64_beyond_31_bits_is_refused_not_wrapped(tmp_path: Path) -> None:
+    # the CPU plugin computes UINT64 as signed 32-bit: 2**31 + 5 plus one came back as 2**64 - 2147483642
+    x = ov.opset13.parameter([-1, 2], ov.Type.u64, name="INPUT0")
+    y = ov.opset13.add(x, ov.opset13.constant(np.array([1], np.uint64)))
+    y.output(0).get_tensor().set_names({"OUTPUT0"})
+    (tmp_path / "m" / "1").mkdir(parents=True)
+    ov.save_model(ov.Model([y.output(0)], [x], "m"), str(tmp_path / "m" / "1" / "model.xml"))
+    (instance,) = load(tmp_path, "m")
+    small = np.array([[2**31 - 2, 0]], np.uint64)
+    np.testing.assert_array_equal(instance.execute({"INPUT0": small}, [])["OUTPUT0"], small + 1)
+    with pytest.raises(InvalidArgument, match=r"input 'INPUT0' of model 'm': .*UINT64.*\[0, 2147483647\]"):
+        instance.execute({"INPUT0": np.array([[2**31 + 5, 0]], np.uint64)}, [])

@@ -28,8 +28,8 @@ With ``max_batch_size`` > 0 the first dimension of every input is the batch: mad
 does (names, datatypes, dims; max_batch_size 4 and dynamic_batching for a model that batches, when inputs or
 outputs are left out) and checked against it: a tensor name the model lacks, another datatype or rank is a
 ConfigMismatchError naming the model and the tensor. Datatypes: BOOL, UINT8..64, INT8..64, FP16, BF16, FP32,
-FP64; the CPU plugin computes INT64 / UINT64 in 32 bits (an input value beyond is a 400 naming the tensor, not a
-wrong answer) and FP64 in FP32. OpenVINO 2026.4 has string tensors, but its CPU plugin crashed (segfault)
+FP64; the CPU plugin computes INT64 / UINT64 in signed 32 bits (an input value beyond is a 400 naming the tensor,
+not a wrong answer) and FP64 in FP32. OpenVINO 2026.4 has string tensors, but its CPU plugin crashed (segfault)
 within a few requests on a string identity model, so BYTES models are refused at load.
 
 Instances, and why. Each ``instance_group`` entry compiles the model once (one CompiledModel, CPU only: a
