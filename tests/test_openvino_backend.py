@@ -397,3 +397,16 @@ def test_uint64_beyond_31_bits_is_refused_not_wrapped(tmp_path: Path) -> None:
     np.testing.assert_array_equal(instance.execute({"INPUT0": small}, [])["OUTPUT0"], small + 1)
     with pytest.raises(InvalidArgument, match=r"input 'INPUT0' of model 'm': .*UINT64.*\[0, 2147483647\]"):
         instance.execute({"INPUT0": np.array([[2**31 + 5, 0]], np.uint64)}, [])
+
+
+def test_closed_instances_let_their_compiled_model_go(tmp_path: Path) -> None:
+    import gc
+    import weakref
+
+    write_ir(tmp_path, "m", om.identity("FP32", ["batch", "n"]), identity_config("m", extra=param("NUM_STREAMS", "2")))
+    instances = load(tmp_path, "m")  # still referenced after close, as a scheduler holds its instances
+    compiled = weakref.ref(instances[0]._compiled)  # type: ignore[attr-defined]
+    for instance in instances:
+        instance.close()
+    gc.collect()
+    assert compiled() is None

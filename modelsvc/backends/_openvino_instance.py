@@ -54,7 +54,7 @@ class OpenVINOInstance:
         self.device = "cpu"
         self.providers = [f"OpenVINO {device}"]
         self._request: ov.InferRequest | None = request
-        self._compiled = compiled  # the model its request belongs to (shared with the group's other instances)
+        self._compiled: ov.CompiledModel | None = compiled  # its request's model (the group's other instances' too)
         self._fixed_batch = fixed_batch
         self._padding = batch_padding
         self._inputs: dict[str, _Input] = {}
@@ -151,6 +151,7 @@ class OpenVINOInstance:
 
     def close(self) -> None:
         self._request = None
+        self._compiled = None  # freed with the group's last instance, though a scheduler still holds the closed ones
 
     def __repr__(self) -> str:
         return f"OpenVINOInstance(name={self.name!r}, device={self.device!r}, providers={self.providers!r})"
