@@ -410,3 +410,15 @@ def test_closed_instances_let_their_compiled_model_go(tmp_path: Path) -> None:
         instance.close()
     gc.collect()
     assert compiled() is None
+
+
+def test_a_config_that_leaves_out_a_model_input_fails_the_load(tmp_path: Path) -> None:
+    # without auto-complete nothing would feed INPUT1: the request ran on whatever its memory held
+    config = (
+        f'name: "m"\n{BACKEND}max_batch_size: 0\ninput [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 1, 4 ] }} ]\n'
+        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1, 4 ] } ]\n'
+    )
+    write_ir(tmp_path, "m", om.add_sub([1, 4]), config)
+    source = ModelRepository(tmp_path, strict_model_config=True, gpus=()).load("m")
+    with pytest.raises(ConfigMismatchError, match=r"model 'm' has input 'INPUT1', which the configuration does not"):
+        get_backend(source.config).create_instances(source.config, source.artifact(1), 1)

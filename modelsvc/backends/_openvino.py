@@ -71,7 +71,7 @@ from pathlib import Path
 import openvino as ov
 from tritonclient.grpc import model_config_pb2
 
-from ._base import ModelConfig, ModelInstance, ModelLoadError
+from ._base import ConfigMismatchError, ModelConfig, ModelInstance, ModelLoadError
 from ._devices import Placement, placements
 from ._openvino_instance import OpenVINOInstance
 from ._openvino_model import complete_config, read_model
@@ -209,6 +209,14 @@ def build_instances(
     checked = model_config_pb2.ModelConfig()
     checked.CopyFrom(config)
     complete_config(checked, model, options, DEFAULT_MAX_BATCH_SIZE)
+    listed = {entry.name for entry in config.input}
+    for port in model.inputs:  # complete_config adds it to the copy; the served config would never feed it
+        if not listed & set(port.get_names()):
+            raise ConfigMismatchError(
+                f"model '{config.name}' has input '{port.get_any_name()}', which the configuration does not list: "
+                "OpenVINO needs every input fed (list it, or let the configuration be auto-completed)",
+                field="input",
+            )
     fixed = int(config.max_batch_size) if options.skip_dynamic_batch and config.max_batch_size > 0 else None
     groups: dict[str, int] = {}
     for place in where:
