@@ -422,3 +422,15 @@ def test_a_config_that_leaves_out_a_model_input_fails_the_load(tmp_path: Path) -
     source = ModelRepository(tmp_path, strict_model_config=True, gpus=()).load("m")
     with pytest.raises(ConfigMismatchError, match=r"model 'm' has input 'INPUT1', which the configuration does not"):
         get_backend(source.config).create_instances(source.config, source.artifact(1), 1)
+
+
+def test_a_request_without_an_optional_input_is_a_400_not_the_last_requests_data(tmp_path: Path) -> None:
+    config = identity_config("m", mbs=0, dims="1, 4").replace(
+        "input [ ", 'input [ { name: "INPUT1" data_type: TYPE_FP32 dims: [ 1, 4 ] optional: true }, '
+    )
+    write_ir(tmp_path, "m", om.add_sub([1, 4]), config)
+    (instance,) = load(tmp_path, "m")
+    x, y = np.ones((1, 4), np.float32), np.full((1, 4), 100, np.float32)
+    np.testing.assert_array_equal(instance.execute({"INPUT0": x, "INPUT1": y}, ["OUTPUT0"])["OUTPUT0"], x + y)
+    with pytest.raises(InvalidArgument, match=r"model 'm' needs input 'INPUT1'"):
+        instance.execute({"INPUT0": x}, ["OUTPUT0"])  # OpenVINO would reuse the last request's INPUT1

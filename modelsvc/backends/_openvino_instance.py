@@ -64,6 +64,8 @@ class OpenVINOInstance:
             entry = _Input(port.get_any_name(), dims, port.get_element_type() == ov.Type.bf16)
             for alias in port.get_names():
                 self._inputs[alias] = entry
+        #: each model input's names: OpenVINO runs an input left unset on the last request's data
+        self._required = [(port.get_any_name(), frozenset(port.get_names())) for port in compiled.inputs]
         self._outputs = [port.get_any_name() for port in compiled.outputs]
         self._bf16_outputs = {
             alias for port in compiled.outputs if port.get_element_type() == ov.Type.bf16 for alias in port.get_names()
@@ -125,6 +127,9 @@ class OpenVINOInstance:
         for name, array in inputs.items():
             self._check(name, array)
             self._check_range(name, array)
+        for name, aliases in self._required:
+            if aliases.isdisjoint(inputs):
+                raise InvalidArgument(f"model '{self.model}' needs input '{name}' (OpenVINO takes every input)")
         feed_arrays, rows = self._pad(inputs)
         feed: dict[str, Any] = {}
         for name, array in feed_arrays.items():
