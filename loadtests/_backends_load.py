@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -27,7 +25,6 @@ from loadtests import _servers
 from loadtests._backends_variants import MODEL, Built
 from loadtests._backends_worker import token_batch
 from loadtests._perf import Input, _binary_request
-from loadtests._suite import Stats
 
 
 @dataclass
@@ -128,39 +125,5 @@ def served_cell(
 
             await asyncio.gather(*(worker() for _ in range(clients)))
             return Cell(batch * issued / (last - started), issued, last - started)
-
-    return asyncio.run(run())
-
-
-def pair_load(url: str, bodies: Sequence[bytes], concurrency: int, seconds: float) -> Stats:
-    """``concurrency`` closed-loop clients POST ``bodies`` in turn to ``url`` (the logic server's /v1/classify) until
-    ``seconds`` have passed; every answer counts, over the time until the last one (a window that counted only the
-    answers inside it gave 0 documents/s to a variant whose documents take longer than the window)."""
-
-    async def run() -> Stats:
-        latencies: list[float] = []
-        errors = 0
-        limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-        headers = {"Content-Type": "application/json"}
-        async with httpx.AsyncClient(limits=limits, timeout=600.0) as client:
-            started = time.perf_counter()
-            last = started
-
-            async def worker(offset: int) -> None:
-                nonlocal errors, last
-                i = offset
-                while (sent := time.perf_counter()) - started < seconds:
-                    response = await client.post(url, content=bodies[i % len(bodies)], headers=headers)
-                    last = time.perf_counter()
-                    i += concurrency
-                    if response.status_code != 200:
-                        errors += 1
-                    else:
-                        latencies.append(last - sent)
-
-            await asyncio.gather(*(worker(k) for k in range(concurrency)))
-        ms = np.asarray(latencies) * 1000.0 if latencies else np.asarray([math.nan])
-        p50, p99 = float(np.percentile(ms, 50)), float(np.percentile(ms, 99))
-        return Stats(len(latencies) / (last - started), p50, p99, errors)
 
     return asyncio.run(run())

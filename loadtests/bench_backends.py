@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from loadtests import _servers, bench_core
-from loadtests._backends_load import Worker, pair_load, served_cell
+from loadtests._backends_load import Worker, served_cell
 from loadtests._backends_variants import (
     BASELINE,
     GRID_MAX_BATCH,
@@ -52,7 +52,7 @@ from loadtests._backends_variants import (
     reference_batch,
 )
 from loadtests._documents import long_documents
-from loadtests._suite import Stats, median
+from loadtests._suite import Stats, json_load, median
 from loadtests._suite_pair import classify
 
 PARTS = ("inprocess", "served", "pair")
@@ -266,7 +266,8 @@ class Run:
                 if key not in self.pairs or self.results[key].pair_skipped:
                     continue
                 self.say(f"round {i + 1}/{s.rounds}: long documents on {key}")
-                stats = pair_load(f"{self.pairs[key]}/v1/classify", pair_bodies, s.pair_concurrency, s.pair_seconds)
+                url = f"{self.pairs[key]}/v1/classify"
+                stats = json_load(url, pair_bodies, s.pair_concurrency, s.pair_seconds, until_last=True, timeout=600.0)
                 if stats.errors:  # e.g. 504s: a document outlasted the logic server's model timeout
                     self.results[key].pair_skipped = f"{stats.errors} requests failed (round {i + 1})"
                     self.results[key].pair.clear()
