@@ -94,6 +94,16 @@ class Backend(Protocol):
         ...
 
 
+def data_type_name(value: int) -> str:
+    """A model config DataType's name (``TYPE_FP32``)."""
+    return str(model_config_pb2.DataType.Name(value))
+
+
+def data_type_value(name: str) -> int:
+    """A model config DataType's number from its name."""
+    return int(model_config_pb2.DataType.Value(name))
+
+
 def complete_dims(
     entry: Any, artifact_dims: Sequence[int], kind: str, name: str, model: str, max_batch_size: int, shown: str
 ) -> list[int] | None:
@@ -118,4 +128,3 @@ def complete_dims(
             field="dims",
         )
     return given
-

@@ -46,11 +46,18 @@ from pathlib import Path
 from typing import Any
 
 import onnxruntime as ort
-from tritonclient.grpc import model_config_pb2
 
 from modelsvc.protocol import ONNX_TO_CONFIG
 
-from ._base import ConfigMismatchError, ModelConfig, ModelInstance, ModelLoadError, complete_dims
+from ._base import (
+    ConfigMismatchError,
+    ModelConfig,
+    ModelInstance,
+    ModelLoadError,
+    complete_dims,
+    data_type_name,
+    data_type_value,
+)
 from ._devices import Placement, placements
 from ._onnxruntime_gpu import CPU as _CPU
 from ._onnxruntime_gpu import CUDA as _CUDA
@@ -98,22 +105,14 @@ def _metadata_session(artifact: Path) -> ort.InferenceSession:
         raise ModelLoadError(f"unable to load '{artifact}' with ONNX Runtime: {exc}") from exc
 
 
-def _data_type_name(value: int) -> str:
-    return str(model_config_pb2.DataType.Name(value))
-
-
-def _data_type_value(name: str) -> int:
-    return int(model_config_pb2.DataType.Value(name))
-
-
 def _complete_tensor(entry: Any, info: _TensorInfo, kind: str, max_batch_size: int, model: str) -> None:
     """Fill data_type and dims of a config input/output of ``model`` from the model; check what is given."""
-    model_type = _data_type_value(info.data_type)
+    model_type = data_type_value(info.data_type)
     if entry.data_type == 0:
         entry.data_type = model_type
     elif entry.data_type != model_type:
         raise ConfigMismatchError(
-            f"{kind} '{info.name}' of model '{model}': configuration says {_data_type_name(entry.data_type)}, "
+            f"{kind} '{info.name}' of model '{model}': configuration says {data_type_name(entry.data_type)}, "
             f"the model has {info.data_type}",
             tensor=info.name,
             field="data_type",
@@ -136,10 +135,10 @@ def _check_io(config: ModelConfig, session: ort.InferenceSession) -> None:
                     f"(the model's {kind}s: {', '.join(model) or 'none'})"
                 )
             expected = ONNX_TO_CONFIG.get(node.type)
-            if expected is not None and entry.data_type != _data_type_value(expected):
+            if expected is not None and entry.data_type != data_type_value(expected):
                 raise ModelLoadError(
                     f"{kind} '{entry.name}' of model '{config.name}': configuration says "
-                    f"{_data_type_name(entry.data_type)}, the model has {expected}"
+                    f"{data_type_name(entry.data_type)}, the model has {expected}"
                 )
     listed = {entry.name for entry in config.input}
     missing = [node.name for node in session.get_inputs() if node.name not in listed]

@@ -10,20 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import openvino as ov
-from tritonclient.grpc import model_config_pb2
 
-from ._base import ConfigMismatchError, ModelConfig, ModelLoadError, complete_dims
+from ._base import ConfigMismatchError, ModelConfig, ModelLoadError, complete_dims, data_type_name, data_type_value
 from ._openvino_options import OV_TO_CONFIG, OpenVINOOptions
 
 logger = logging.getLogger("modelsvc.backends.openvino")
-
-
-def _type_value(name: str) -> int:
-    return int(model_config_pb2.DataType.Value(name))
-
-
-def _type_name(value: int) -> str:
-    return str(model_config_pb2.DataType.Name(value))
 
 
 @dataclass(frozen=True)
@@ -160,10 +151,10 @@ def _complete_tensor(entry: Any, port: Port, kind: str, config: ModelConfig) -> 
             f"{kind} '{entry.name}' of model '{config.name}': modelsvc's openvino backend does not serve {what}"
         )
     if entry.data_type == 0:
-        entry.data_type = _type_value(port.data_type)
-    elif _type_name(entry.data_type) != port.data_type:
+        entry.data_type = data_type_value(port.data_type)
+    elif data_type_name(entry.data_type) != port.data_type:
         raise ConfigMismatchError(
-            f"{kind} '{entry.name}' of model '{config.name}': configuration says {_type_name(entry.data_type)}, "
+            f"{kind} '{entry.name}' of model '{config.name}': configuration says {data_type_name(entry.data_type)}, "
             f"the model has {port.data_type}",
             tensor=entry.name,
             field="data_type",

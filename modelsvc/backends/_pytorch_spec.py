@@ -12,9 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from google.protobuf import text_format
-from tritonclient.grpc import model_config_pb2
 
-from ._base import ConfigMismatchError, ModelConfig, ModelLoadError, complete_dims
+from ._base import ConfigMismatchError, ModelConfig, ModelLoadError, complete_dims, data_type_name
 
 logger = logging.getLogger("modelsvc.backends.pytorch")
 
@@ -40,10 +39,6 @@ _TRUE = ("true", "on", "1")
 _FALSE = ("false", "off", "0")
 #: parameters of Triton's PyTorch backend that apply to its Python (PyTorch 2, model.py) runtime only
 _PT2_ONLY = ("NUM_THREADS", "NUM_INTEROP_THREADS", "TORCH_COMPILE_OPTIONAL_PARAMETERS")
-
-
-def data_type_name(value: int) -> str:
-    return str(model_config_pb2.DataType.Name(value))
 
 
 def passive_openmp() -> None:

@@ -22,11 +22,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tritonclient.grpc import model_config_pb2
-
 from modelsvc.protocol import InvalidArgument
 
-from ._base import ConfigMismatchError, ModelConfig, ModelLoadError, complete_dims
+from ._base import ConfigMismatchError, ModelConfig, ModelLoadError, complete_dims, data_type_name, data_type_value
 from ._devices import Placement
 
 Shape = tuple[int, ...]
@@ -109,14 +107,6 @@ def engine_max_batch_size(desc: EngineDescription) -> int:
 # --- auto-complete and load-time checks -----------------------------------------------------------------------
 
 
-def _type_name(value: int) -> str:
-    return str(model_config_pb2.DataType.Name(value))
-
-
-def _type_value(name: str) -> int:
-    return int(model_config_pb2.DataType.Value(name))
-
-
 def _shape(dims: Sequence[int]) -> str:
     return "[" + ", ".join(str(d) for d in dims) + "]"
 
@@ -147,9 +137,9 @@ def _check_datatype(model: str, kind: str, entry: Any, tensor: EngineTensor) -> 
             field="data_type",
         )
     if entry.data_type == 0:
-        entry.data_type = _type_value(tensor.datatype)
+        entry.data_type = data_type_value(tensor.datatype)
         return
-    given = _type_name(entry.data_type)
+    given = data_type_name(entry.data_type)
     if given == tensor.datatype:
         return
     message = f"{kind} '{tensor.name}' of model '{model}': configuration says {given}, the engine has {tensor.datatype}"
