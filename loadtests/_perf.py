@@ -132,15 +132,18 @@ def run_perf_analyzer(
     workdir: Path,
     input_data: Path | None = None,
     shapes: Sequence[str] = (),
+    protocol: str = "http",
 ) -> tuple[LoadResult | None, str, list[str]]:
-    """Run one concurrency point over HTTP with binary tensors; (result or None, output, command)."""
+    """Run one concurrency point with binary tensors over ``protocol`` (``http`` or ``grpc``; ``url`` is then
+    host:port of that endpoint); (result or None, output, command)."""
     exe = perf_analyzer_path()
     assert exe is not None
-    csv_path = workdir / f"pa_{model}_c{concurrency}.csv"
+    tag = "" if protocol == "http" else f"_{protocol}"
+    csv_path = workdir / f"pa_{model}{tag}_c{concurrency}.csv"
     base = [
         str(exe),
         "-m", model,
-        "-i", "http",
+        "-i", protocol,
         "-u", url,
         "--concurrency-range", f"{concurrency}:{concurrency}",
         "--max-threads", str(concurrency),
