@@ -43,6 +43,7 @@ class LoadResult:
     note: str = ""
     avg_batch: float | None = None  # server-reported inference count / execution count
     server_breakdown: str = ""  # perf_analyzer's "Avg request latency: ..." line from server statistics
+    queue_us: float | None = None  # the server's average queue time per request, from that line
 
 
 @dataclass
@@ -133,9 +134,16 @@ def run_perf_analyzer(
     input_data: Path | None = None,
     shapes: Sequence[str] = (),
     protocol: str = "http",
+    *,
+    window_ms: int = WINDOW_MS,
+    max_trials: int = MAX_TRIALS,
+    stability_pct: int = STABILITY_PCT,
+    retry_stability_pct: int = 100,
 ) -> tuple[LoadResult | None, str, list[str]]:
     """Run one concurrency point with binary tensors over ``protocol`` (``http`` or ``grpc``; ``url`` is then
-    host:port of that endpoint); (result or None, output, command)."""
+    host:port of that endpoint); (result or None, output, command). ``window_ms``, ``max_trials`` and
+    ``stability_pct`` are perf_analyzer's ``--measurement-interval``, ``--max-trials`` and
+    ``--stability-percentage`` (retried once at ``retry_stability_pct`` when not stable)."""
     exe = perf_analyzer_path()
     assert exe is not None
     tag = "" if protocol == "http" else f"_{protocol}"
@@ -148,8 +156,8 @@ def run_perf_analyzer(
         "--concurrency-range", f"{concurrency}:{concurrency}",
         "--max-threads", str(concurrency),
         "--measurement-mode", "time_windows",
-        "--measurement-interval", str(WINDOW_MS),
-        "--max-trials", str(MAX_TRIALS),
+        "--measurement-interval", str(window_ms),
+        "--max-trials", str(max_trials),
         "-f", str(csv_path),
     ]  # fmt: skip
     if input_data is not None:
@@ -159,7 +167,7 @@ def run_perf_analyzer(
     output = ""
     cmd = base
     # A second try with a stability threshold that always passes, so a noisy machine still yields a number.
-    for stability in (STABILITY_PCT, 100):
+    for stability in dict.fromkeys((stability_pct, retry_stability_pct)):
         cmd = [*base, "--stability-percentage", str(stability)]
         csv_path.unlink(missing_ok=True)
         cpu0, t0 = _children_cpu_s(), time.perf_counter()
@@ -171,8 +179,8 @@ def run_perf_analyzer(
         if proc.returncode == 0 and result is not None:
             result.client_cpu_pct = client_cpu
             _add_server_side(result, output)
-            if stability != STABILITY_PCT:
-                result.note = f"unstable at -s {STABILITY_PCT}"
+            if stability != stability_pct:
+                result.note = f"unstable at -s {stability_pct}"
             return result, output, cmd
         if "stable" not in output:
             break
@@ -204,6 +212,9 @@ def _add_server_side(result: LoadResult, output: str) -> None:
     breakdown = re.search(r"Avg request latency: (.*)", output)
     if breakdown:
         result.server_breakdown = breakdown[1].strip()
+        queue = re.search(r"queue (\d+) usec", result.server_breakdown)
+        if queue:
+            result.queue_us = float(queue[1])
 
 
 def _parse_stdout(output: str, concurrency: int) -> LoadResult | None:

@@ -106,8 +106,10 @@ class ServerProcess:
         ready_path: str = "/v2/health/ready",
         ready_timeout_s: float = READY_TIMEOUT_S,
         cwd: Path | None = None,
+        grpc_port: int | None = None,
     ):
         self.name = name
+        self.grpc_port = grpc_port  # the gRPC endpoint's port, when the server opens one
         self.argv = list(argv)
         self.http_port = http_port
         self.env = env
@@ -126,6 +128,13 @@ class ServerProcess:
         return f"http://{self.url}"
 
     @property
+    def grpc_url(self) -> str:
+        """host:port of the gRPC endpoint (perf_analyzer's ``-u`` with ``-i grpc``)."""
+        if self.grpc_port is None:
+            raise RuntimeError(f"{self.name} was started without a gRPC port")
+        return f"127.0.0.1:{self.grpc_port}"
+
+    @property
     def log_path(self) -> Path | None:
         """The server's output (stdout and stderr) once started; removed when the server stops, kept when it failed
         to start."""
@@ -138,7 +147,13 @@ class ServerProcess:
             return ""
 
     def __enter__(self) -> ServerProcess:
-        self._log = tempfile.NamedTemporaryFile(prefix=f"{self.name}-", suffix=".log", delete=False)
+        self.start()
+        return self.wait_ready()
+
+    def start(self) -> None:
+        """Start the process without waiting for it (``wait_ready`` waits), so that several servers can start side
+        by side; from the thread that will outlive it (the child is signalled when its parent thread ends)."""
+        self._log = tempfile.NamedTemporaryFile(prefix=f"{self.name}-", suffix=".log", delete=False)  # noqa: SIM115 (closed in stop)
         try:
             self.proc = subprocess.Popen(
                 self.argv,
@@ -151,6 +166,10 @@ class ServerProcess:
         except OSError:
             self._remove_log()  # nothing was written to it
             raise
+
+    def wait_ready(self) -> ServerProcess:
+        """Wait until the started server answers its ready path; stopped, with its log kept, when it does not."""
+        assert self.proc is not None, "start() first"
         deadline = time.monotonic() + self.ready_timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -216,16 +235,16 @@ def modelsvc_server(repo: Path, ready_timeout_s: float = READY_TIMEOUT_S) -> Ser
     exe = modelsvc_executable()
     if exe is None:
         raise RuntimeError("modelsvc console script not found: run `.venv/bin/pip install -e . --no-deps`")
-    http = free_port()
+    http, grpc = free_port(), free_port()
     argv = [
         str(exe), "serve",
         "--model-repository", str(repo),
         "--http-port", str(http),
-        "--grpc-port", str(free_port()),
+        "--grpc-port", str(grpc),
         "--metrics-port", str(free_port()),
         "--http-address", "127.0.0.1",
     ]  # fmt: skip
-    return ServerProcess("modelsvc", argv, http, ready_timeout_s=ready_timeout_s)
+    return ServerProcess("modelsvc", argv, http, ready_timeout_s=ready_timeout_s, grpc_port=grpc)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -318,14 +337,14 @@ def triton_server(repo: Path, workdir: Path) -> ServerProcess:
     env["LD_LIBRARY_PATH"] = os.pathsep.join([*libs, env.get("LD_LIBRARY_PATH", "")]).strip(os.pathsep)
     # The stub embeds Python and must find an environment with numpy < 2 first on PATH: this venv.
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    http = free_port()
+    http, grpc = free_port(), free_port()
     argv = [
         str(dist / "bin" / "tritonserver"),
         "--model-repository", str(repo),
         "--backend-directory", str(dist / "backends"),
         "--cache-directory", str(dist / "caches"),
         "--http-address", "127.0.0.1", "--http-port", str(http),
-        "--grpc-address", "127.0.0.1", "--grpc-port", str(free_port()),
+        "--grpc-address", "127.0.0.1", "--grpc-port", str(grpc),
         "--metrics-address", "127.0.0.1", "--metrics-port", str(free_port()),
     ]  # fmt: skip
-    return ServerProcess("tritonserver", argv, http, env=env)
+    return ServerProcess("tritonserver", argv, http, env=env, grpc_port=grpc)
