@@ -183,11 +183,12 @@ def grid_summary(cells: Sequence[Cell], variants: Sequence[str]) -> list[str]:
             out.append(
                 f"{v}/triton ({proto}): min {low[0]:.2f} ({low[1].label()}), median {med:.2f} over {len(ratios)} cells"
             )
-        below = [c for c in mine if any((r := c.ratio(v)) is not None and r < TARGET_RATIO for v in ms)]
-        detail = ", ".join(f"{c.label()} ({_ratios(c, ms)})" for c in below)
-        out.append(
-            f"cells below {TARGET_RATIO}x ({proto}): {len(below)} of {len(mine)}" + (f": {detail}" if below else "")
-        )
+        if any(c.ratio(v) is not None for c in mine for v in ms):  # else no Triton to compare with
+            below = [c for c in mine if any((r := c.ratio(v)) is not None and r < TARGET_RATIO for v in ms)]
+            detail = ", ".join(f"{c.label()} ({_ratios(c, ms)})" for c in below)
+            out.append(
+                f"cells below {TARGET_RATIO}x ({proto}): {len(below)} of {len(mine)}" + (f": {detail}" if below else "")
+            )
         applies = [c for c in mine if c.queue_rule_applies]
         breaks = [c for c in applies if c.queue_breaks(ms)]
         detail = ", ".join(f"{c.label()} ({_queues(c, c.queue_breaks(ms))})" for c in breaks)

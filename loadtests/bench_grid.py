@@ -25,7 +25,7 @@ from pathlib import Path
 
 from loadtests import _grid_report as report
 from loadtests import _perf, _servers
-from loadtests._grid_measure import Measurer, Settings
+from loadtests._grid_measure import Measurer, Point, Settings
 from loadtests._grid_models import LARGE_BYTES, LARGE_DIM, VARIANTS, Config, write_repositories
 from loadtests._grid_plot import plot_curve
 from loadtests._grid_report import Cell
@@ -59,8 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mbs", type=_ints, help="max_batch_size values (default 8,64)")
     p.add_argument("--delays", type=_ints, help="max_queue_delay_microseconds values (default 0,100,1000)")
     p.add_argument("--concurrency", type=_ints, help="grid concurrencies (default 1,8,32)")
-    p.add_argument("--models", type=_names(("python", "onnx")), default=["python", "onnx"],
-                   help="modelsvc's models: python,onnx (Triton always serves the python one)")  # fmt: skip
+    p.add_argument(
+        "--models",
+        type=_names(("python", "onnx")),
+        default=["python", "onnx"],
+        help="modelsvc's models: python,onnx (Triton always serves the python one)",
+    )
     p.add_argument("--rounds", type=int, default=1, help="repeat the whole interleaving; tables give medians")
     p.add_argument("--protocol", choices=("http", "grpc", "both"), default="http")
     p.add_argument("--parts", type=_names(PARTS), help="grid,large,curve (default all)")
@@ -127,21 +131,27 @@ def plan(args: argparse.Namespace) -> list[Cell]:
     return list(cells.values())
 
 
-def _progress(label: str, cell: Cell, v: str, point: object) -> None:
-    from loadtests._grid_measure import Point
-
-    assert isinstance(point, Point)
+def _progress(label: str, cell: Cell, v: str, point: Point) -> None:
     if point.error:
         first = point.error.strip().splitlines()[0]
         print(f"  {label} {cell.label()} {cell.protocol} {v}: FAILED {first}", flush=True)
         return
-    print(f"  {label} {cell.label()} {cell.protocol} {v:<15} {point.infer_per_s:>9,.0f}/s  p99 {point.p99_ms:6.2f} ms"
-          f"  batch {report._num(point.avg_batch, '.1f'):>4}  queue {report._num(point.queue_us):>5} us"
-          + (f"  ({point.note})" if point.note else ""), flush=True)  # fmt: skip
+    print(
+        f"  {label} {cell.label()} {cell.protocol} {v:<15} {point.infer_per_s:>9,.0f}/s  p99 {point.p99_ms:6.2f} ms"
+        f"  batch {report._num(point.avg_batch, '.1f'):>4}  queue {report._num(point.queue_us):>5} us"
+        + (f"  ({point.note})" if point.note else ""),
+        flush=True,
+    )
 
 
-def run_cells(args: argparse.Namespace, cells: list[Cell], variants: list[str], measurer: Measurer,
-              modelsvc: _servers.ServerProcess, triton: _servers.ServerProcess | None) -> None:  # fmt: skip
+def run_cells(
+    args: argparse.Namespace,
+    cells: list[Cell],
+    variants: list[str],
+    measurer: Measurer,
+    modelsvc: _servers.ServerProcess,
+    triton: _servers.ServerProcess | None,
+) -> None:
     kinds = {label: (server, kind) for label, server, kind in VARIANTS}
     total = len(cells) * len(variants)
     for r in range(args.rounds):
@@ -166,20 +176,36 @@ def render(cells: list[Cell], variants: list[str], head: list[str], triton_missi
     curve = sorted((c for c in cells if "curve" in c.parts), key=lambda c: (c.protocol, c.concurrency))
     out = ["# Data plane grid (issue 16)", "", "```", *head, "```", ""]
     if grid:
-        out += ["## Grid: modelsvc vs Triton, identity FP32 [1,16]", "", report.grid_table(grid, variants, triton_missing),
-                "", *(f"- {line}" for line in report.grid_summary(grid, variants)), ""]  # fmt: skip
+        out += [
+            "## Grid: modelsvc vs Triton, identity FP32 [1,16]",
+            "",
+            report.grid_table(grid, variants, triton_missing),
+            "",
+            *(f"- {line}" for line in report.grid_summary(grid, variants)),
+            "",
+        ]
         if {c.protocol for c in grid} == {"http", "grpc"}:
             table, summary = report.grpc_http_table(grid, variants)
             out += ["## modelsvc gRPC / HTTP (goal >= 0.8)", "", table, "", *(f"- {s}" for s in summary), ""]
     if large:
-        out += [f"## Large tensors: FP32 [1, {LARGE_DIM}] ({LARGE_BYTES:,} bytes a request, binary), "
-                "max_batch_size 8, delay 0", "", report.large_table(large, variants, triton_missing), "",
-                "request MB/s = infer/s x 4,194,304 bytes / 1e6. loopback MB per infer: bytes on `lo` during the "
-                "point over the server's inference count (request + response: about 8.4 expected).", ""]  # fmt: skip
+        out += [
+            f"## Large tensors: FP32 [1, {LARGE_DIM}] ({LARGE_BYTES:,} bytes a request, binary), "
+            "max_batch_size 8, delay 0",
+            "",
+            report.large_table(large, variants, triton_missing),
+            "",
+            "request MB/s = infer/s x 4,194,304 bytes / 1e6. loopback MB per infer: bytes on `lo` during the "
+            "point over the server's inference count (request + response: about 8.4 expected).",
+            "",
+        ]
     if curve:
         cfg = curve[0].config
-        out += [f"## Throughput and p99 against concurrency: max_batch_size {cfg.mbs}, delay {cfg.delay_us} us", "",
-                report.curve_table(curve, variants), ""]  # fmt: skip
+        out += [
+            f"## Throughput and p99 against concurrency: max_batch_size {cfg.mbs}, delay {cfg.delay_us} us",
+            "",
+            report.curve_table(curve, variants),
+            "",
+        ]
         if png:
             out += [f"![throughput and p99 against concurrency]({png})", ""]
     errors = report.error_lines(cells)
@@ -199,14 +225,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.window_ms:
         settings = Settings(**{**settings.__dict__, "window_ms": args.window_ms})
     if use_perf:
-        tool = (f"load generator: perf_analyzer ({_perf.perf_analyzer_path()}), binary tensors, "
-                f"{settings.window_ms} ms windows, at most {settings.max_trials} trials, -s {settings.stability_pct}")  # fmt: skip
+        tool = (
+            f"load generator: perf_analyzer ({_perf.perf_analyzer_path()}), binary tensors, "
+            f"{settings.window_ms} ms windows, at most {settings.max_trials} trials, -s {settings.stability_pct}"
+        )
     else:
         why = "--python-load" if args.python_load else problem
         tool = f"load generator: FALLBACK loadtests.loadgen (Python, asyncio), because: {why}"
     triton_missing = "" if _servers.pytriton_dir() is not None else "not installed"
-    head = [f"date: {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC", machine_line(),
-            f"command: {command}", tool]  # fmt: skip
+    head = [
+        f"date: {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC",
+        machine_line(),
+        f"command: {command}",
+        tool,
+    ]
     for line in head:
         print(line, flush=True)
     if triton_missing:
@@ -225,22 +257,36 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{len(cells)} cells x {len(variants)} ({', '.join(variants)}) x {args.rounds} round(s)", flush=True)
         run_cells(args, cells, variants, Measurer(work, use_perf, settings), modelsvc, triton)
     shown = [*variants, *(["triton-python"] if triton is None else [])]
-    head.append(f"triton: {triton_missing or 'Triton 2.51 (nvidia-pytriton), python backend'}; "
-                f"rounds: {args.rounds}; took {time.perf_counter() - started:.0f} s")  # fmt: skip
+    head.append(
+        f"triton: {triton_missing or 'Triton 2.51 (nvidia-pytriton), python backend'}; "
+        f"rounds: {args.rounds}; took {time.perf_counter() - started:.0f} s"
+    )
     args.out.mkdir(parents=True, exist_ok=True)
     png_path = args.out / f"{STEM}_curve.png"
     curve = [c for c in cells if "curve" in c.parts]
     cfg = curve[0].config if curve else None
-    subtitle = "" if cfg is None else (f"identity FP32 [1,{cfg.dim}], max_batch_size {cfg.mbs}, max_queue_delay "
-                                       f"{cfg.delay_us} us, {'perf_analyzer' if use_perf else 'loadgen'}")  # fmt: skip
+    subtitle = (
+        ""
+        if cfg is None
+        else (
+            f"identity FP32 [1,{cfg.dim}], max_batch_size {cfg.mbs}, max_queue_delay "
+            f"{cfg.delay_us} us, {'perf_analyzer' if use_perf else 'loadgen'}"
+        )
+    )
     drawn = plot_curve(curve, variants, png_path, command, subtitle)
     text = render(cells, shown, head, triton_missing, png_path.name if drawn else None)
     print("\n" + text)
     (args.out / f"{STEM}.md").write_text(text + "\n")
     grid = [c for c in cells if "grid" in c.parts]
     summary = report.grid_summary(grid, variants) if grid else []
-    doc = {"command": command, "head": head, "variants": variants, "triton": triton_missing or "2.51",
-           "summary": summary, "cells": [c.as_dict() for c in cells]}  # fmt: skip
+    doc = {
+        "command": command,
+        "head": head,
+        "variants": variants,
+        "triton": triton_missing or "2.51",
+        "summary": summary,
+        "cells": [c.as_dict() for c in cells],
+    }
     (args.out / f"{STEM}.json").write_text(json.dumps(doc, indent=1) + "\n")
     print(f"wrote {args.out / (STEM + '.md')}, {STEM}.json" + (f", {png_path.name}" if drawn else ""))
     return 1 if report.error_lines(cells) else 0
