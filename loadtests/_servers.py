@@ -96,6 +96,9 @@ class ServerProcess:
     """A server process on free ports; ready when GET ``ready_path`` (/v2/health/ready) answers 200; stopped with
     SIGTERM."""
 
+    grpc_port: int | None = None
+    """The gRPC endpoint's port, when the server opens one (``grpc_url``)."""
+
     def __init__(
         self,
         name: str,
@@ -109,7 +112,8 @@ class ServerProcess:
         grpc_port: int | None = None,
     ):
         self.name = name
-        self.grpc_port = grpc_port  # the gRPC endpoint's port, when the server opens one
+        if grpc_port is not None:  # (a subclass may have set it before calling this)
+            self.grpc_port = grpc_port
         self.argv = list(argv)
         self.http_port = http_port
         self.env = env
