@@ -4,6 +4,7 @@ Python load generator, which reads the same statistics)."""
 
 from __future__ import annotations
 
+import json
 import math
 import shlex
 import time
@@ -78,6 +79,29 @@ def inference_count(server: _servers.ServerProcess, model: str) -> int | None:
         return sum(int(s.get("inference_count", 0)) for s in body.get("model_stats", []))
     except (httpx.HTTPError, ValueError, AttributeError):
         return None
+
+
+def warm_up(server: _servers.ServerProcess, model: str, dim: int, requests: int = 3) -> str:
+    """A few batch-1 inferences (binary tensors) before the first measurement, so that no window holds a model's
+    first call; "" or the last error (the measurement then reports its own)."""
+    head = json.dumps(
+        {
+            "inputs": [
+                {"name": "INPUT0", "shape": [1, dim], "datatype": "FP32", "parameters": {"binary_data_size": 4 * dim}}
+            ],
+            "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}],
+        }
+    ).encode()
+    headers = {"Inference-Header-Content-Length": str(len(head)), "Content-Type": "application/octet-stream"}
+    body = head + bytes(4 * dim)
+    error = ""
+    for _ in range(requests):
+        try:
+            r = httpx.post(f"{server.base_url}/v2/models/{model}/infer", content=body, headers=headers, timeout=60.0)
+            error = "" if r.status_code == 200 else f"HTTP {r.status_code}: {r.text[:200]}"
+        except httpx.HTTPError as exc:
+            error = f"{type(exc).__name__}: {exc}"
+    return error
 
 
 class Measurer:

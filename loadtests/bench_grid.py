@@ -25,7 +25,7 @@ from pathlib import Path
 
 from loadtests import _grid_report as report
 from loadtests import _perf, _servers
-from loadtests._grid_measure import Measurer, Point, Settings
+from loadtests._grid_measure import Measurer, Point, Settings, warm_up
 from loadtests._grid_models import LARGE_BYTES, LARGE_DIM, VARIANTS, Config, write_repositories
 from loadtests._grid_plot import plot_curve
 from loadtests._grid_report import Cell
@@ -154,6 +154,13 @@ def run_cells(
 ) -> None:
     kinds = {label: (server, kind) for label, server, kind in VARIANTS}
     total = len(cells) * len(variants)
+    for cfg in dict.fromkeys(c.config for c in cells):
+        for v in variants:
+            server_name, kind = kinds[v]
+            server = modelsvc if server_name == "modelsvc" else triton
+            assert server is not None
+            if error := warm_up(server, cfg.model(kind), cfg.dim):
+                print(f"  warm-up of {v} {cfg.model(kind)} failed: {error}", flush=True)
     for r in range(args.rounds):
         order = variants[r % len(variants) :] + variants[: r % len(variants)]  # who goes first changes per round
         n = 0
