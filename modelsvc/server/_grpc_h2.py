@@ -1,0 +1,590 @@
+"""HTTP/2 as gRPC uses it (RFC 9113, server side), on an asyncio Protocol in the server's own event loop.
+
+The gRPC transport of ``modelsvc serve`` runs on this instead of grpcio's server: grpcio's C core hands every call
+between its own threads and the event loop, which cost several times modelsvc's whole HTTP request path (see
+loadtests/README.md). This module knows frames, flow control and header compression; it knows nothing of gRPC's
+methods: a ``CallHandler`` (``_grpc_calls``) gets each new stream and reads and answers it through ``H2Stream``.
+
+What the peer may do and what it gets:
+- Frames: DATA, HEADERS (+ CONTINUATION, padding, priority), RST_STREAM, SETTINGS, PING, GOAWAY, WINDOW_UPDATE;
+  PRIORITY and unknown types are ignored, PUSH_PROMISE from a client is a connection error.
+- Flow control: this side opens large receive windows at once (SETTINGS_INITIAL_WINDOW_SIZE and a connection
+  WINDOW_UPDATE, topped up as data is consumed), so a client never waits for credit; what it sends respects the
+  client's windows and SETTINGS_MAX_FRAME_SIZE and waits for WINDOW_UPDATE when a window is spent.
+- Header compression: HPACK (the ``hpack`` package decodes); a header block made only of indexed fields (what a
+  client sends for its second and later calls) leaves the dynamic table as it is, so its decoding is remembered.
+  Answers are encoded without the dynamic table (literal fields, static names).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import struct
+from collections.abc import Callable
+from typing import Protocol, cast
+
+import hpack
+
+logger = logging.getLogger("modelsvc.grpc")
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
+END_STREAM = ACK = 0x1
+END_HEADERS = 0x4
+PADDED = 0x8
+PRIORITY_FLAG = 0x20
+NO_ERROR, PROTOCOL_ERROR, INTERNAL_ERROR, FLOW_CONTROL_ERROR = 0, 1, 2, 3
+STREAM_CLOSED, FRAME_SIZE_ERROR, REFUSED_STREAM, CANCEL, COMPRESSION_ERROR = 5, 6, 7, 8, 9
+SETTINGS_HEADER_TABLE_SIZE, SETTINGS_INITIAL_WINDOW_SIZE, SETTINGS_MAX_FRAME_SIZE = 1, 4, 5
+
+MAX_WINDOW = 2**31 - 1
+TOP_UP = 2**30
+"""Received bytes after which a receive window is opened again (by that many bytes)."""
+RECV_MAX_FRAME = 1 << 20
+"""The largest frame taken (SETTINGS_MAX_FRAME_SIZE): big tensors arrive in fewer frames than the default 16 KiB."""
+_CACHED_BLOCKS = 64
+CLOSE_AFTER_S = 2.0
+"""How long a connection told to go away (GOAWAY) and without calls is left for its client to close."""
+
+_HEAD = struct.Struct(">IBI")  # length (24 bits) and type, flags, stream id
+_U32 = struct.Struct(">I")
+_SETTING = struct.Struct(">HI")
+
+
+def frame(ftype: int, flags: int, sid: int, payload: bytes = b"") -> bytes:
+    return _HEAD.pack(len(payload) << 8 | ftype, flags, sid) + payload
+
+
+def _int(value: int, prefix_bits: int, first: int) -> bytes:
+    """An HPACK integer with ``prefix_bits`` in its first byte, whose other bits are ``first``."""
+    limit = (1 << prefix_bits) - 1
+    if value < limit:
+        return bytes([first | value])
+    out = bytearray([first | limit])
+    value -= limit
+    while value >= 128:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def literal(name: bytes | int, value: bytes) -> bytes:
+    """A literal header field without indexing: a static table name (its index) or a new name."""
+    if isinstance(name, int):
+        return _int(name, 4, 0x00) + _int(len(value), 7, 0) + value
+    return b"\x00" + _int(len(name), 7, 0) + name + _int(len(value), 7, 0) + value
+
+
+RESPONSE_HEADERS = b"\x88" + literal(31, b"application/grpc")  # :status 200 (static 8), content-type (static 31)
+
+
+class StreamReset(Exception):
+    """The peer reset the stream or the connection went away: nothing more can be read or sent on it."""
+
+
+class MessageError(Exception):
+    """A request message that cannot be taken (too large, compressed): its gRPC status name and text."""
+
+    def __init__(self, status: str, text: str) -> None:
+        super().__init__(text)
+        self.status = status
+        self.text = text
+
+
+class CallHandler(Protocol):
+    def open(self, stream: H2Stream) -> None:
+        """A stream's headers arrived (``stream.headers``); read its messages and answer it."""
+
+
+class H2Stream:
+    """One call: its request headers, the gRPC messages that arrive, and the way back."""
+
+    __slots__ = (
+        "_buffer",
+        "_drained",
+        "_outbox",
+        "_recv_count",
+        "_trailers",
+        "_waiter",
+        "closed",
+        "conn",
+        "ended",
+        "error",
+        "headers",
+        "headers_sent",
+        "max_message",
+        "messages",
+        "reset",
+        "send_window",
+        "sid",
+        "task",
+    )  # fmt: skip
+
+    def __init__(self, conn: H2Connection, sid: int, headers: list[tuple[bytes, bytes]]) -> None:
+        self.conn = conn
+        self.sid = sid
+        self.headers = headers
+        self.messages: collections.deque[bytes] = collections.deque()
+        self.ended = False  # the peer closed its side (END_STREAM)
+        self.reset = False
+        self.error: tuple[str, str] | None = None  # a message that could not be taken: (status name, text)
+        self.task: asyncio.Task[None] | None = None
+        self._buffer = bytearray()
+        self._waiter: asyncio.Future[None] | None = None
+        self.send_window = conn.peer_initial_window
+        self._outbox: collections.deque[memoryview] = collections.deque()
+        self._trailers: bytes | None = None
+        self.headers_sent = False
+        self.closed = False  # this side sent END_STREAM (or reset)
+        self._drained: asyncio.Future[None] | None = None
+        self._recv_count = 0
+        self.max_message = conn.max_message
+
+    # -- receiving ------------------------------------------------------------------------------------------
+    def _feed(self, data: memoryview) -> None:
+        buffer = self._buffer
+        if not buffer and len(data) >= 5:  # the usual case: whole messages in one frame, no copy to the buffer
+            length = _U32.unpack_from(data, 1)[0]
+            if len(data) == 5 + length and not data[0]:
+                if length > self.max_message:
+                    self._refuse(length)
+                else:
+                    self.messages.append(data[5:].tobytes())
+                return
+        buffer += data
+        while len(buffer) >= 5 and self.error is None:
+            length = _U32.unpack_from(buffer, 1)[0]
+            if length > self.max_message:
+                self._refuse(length)
+                return
+            if buffer[0]:
+                self.error = ("UNIMPLEMENTED", "compressed messages are not supported: send them uncompressed")
+                return
+            if len(buffer) < 5 + length:
+                return
+            self.messages.append(bytes(buffer[5 : 5 + length]))
+            del buffer[: 5 + length]
+
+    def _refuse(self, length: int) -> None:
+        self.error = ("RESOURCE_EXHAUSTED", f"Received message larger than max ({length} vs. {self.max_message})")
+        self._buffer = bytearray()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def read(self) -> bytes | None:
+        """The next request message; None once the client closed its side. Raises StreamReset, or MessageError
+        for a message that could not be taken."""
+        while not self.messages:
+            if self.error is not None:
+                raise MessageError(*self.error)
+            if self.reset:
+                raise StreamReset
+            if self.ended:
+                return None
+            self._waiter = self.conn.loop.create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self.messages.popleft()
+
+    # -- sending --------------------------------------------------------------------------------------------
+    def _head(self, out: list[bytes | memoryview]) -> None:
+        if not self.headers_sent:
+            self.headers_sent = True
+            out.append(frame(HEADERS, END_HEADERS, self.sid, RESPONSE_HEADERS))
+
+    def send(self, payload: bytes | None, trailers: bytes | None) -> None:
+        """Queue one message (``payload``; None: none) and/or the trailers that end the call, and send what the
+        windows allow now; the rest goes as the client opens them."""
+        if self.closed or self.reset:
+            return
+        out: list[bytes | memoryview] = []
+        self._head(out)
+        if payload is not None:
+            prefix = b"\x00" + _U32.pack(len(payload))
+            if len(payload) < 65536:
+                self._outbox.append(memoryview(prefix + payload))
+            else:  # a large message is not copied: its prefix goes in a frame of its own
+                self._outbox.append(memoryview(prefix))
+                self._outbox.append(memoryview(payload))
+        if trailers is not None:
+            self._trailers = trailers
+        self.conn.flush(self, out)
+
+    async def drain(self) -> None:
+        """Until what was queued has gone out (flow control), or the stream is gone."""
+        while self._outbox and not self.reset:
+            self._drained = self.conn.loop.create_future()
+            try:
+                await self._drained
+            finally:
+                self._drained = None
+        if self.reset:
+            raise StreamReset
+
+    def _take(self, out: list[bytes | memoryview]) -> None:
+        """Move what the windows allow from the outbox into ``out``; then the trailers, once all data went."""
+        conn = self.conn
+        size = conn.peer_max_frame
+        outbox = self._outbox
+        while outbox:
+            allowed = min(self.send_window, conn.send_window)
+            if allowed <= 0:
+                return
+            chunk = outbox[0]
+            n = min(len(chunk), allowed, size)
+            out.append(_HEAD.pack(n << 8 | DATA, 0, self.sid))
+            out.append(chunk[:n])
+            self.send_window -= n
+            conn.send_window -= n
+            if n == len(chunk):
+                outbox.popleft()
+            else:
+                outbox[0] = chunk[n:]
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
+        if self._trailers is not None:
+            out.append(frame(HEADERS, END_HEADERS | END_STREAM, self.sid, self._trailers))
+            self._trailers = None
+            self.closed = True
+            conn.stream_closed(self)
+
+    @property
+    def blocked(self) -> bool:
+        return bool(self._outbox)
+
+    def _on_reset(self) -> None:
+        self.reset = True
+        self._outbox.clear()
+        self._wake()
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+
+
+class H2Connection(asyncio.Protocol):
+    """One client connection."""
+
+    def __init__(self, handler: CallHandler, max_message: int, on_close: Callable[[H2Connection], None]) -> None:
+        self.handler = handler
+        self.max_message = max_message
+        self._on_close = on_close
+        self.loop = asyncio.get_running_loop()
+        self.transport: asyncio.Transport | None = None
+        self.streams: dict[int, H2Stream] = {}
+        self.last_sid = 0
+        self.going_away = False
+        self._buffer = bytearray()
+        self._preface = False
+        self._decoder = hpack.Decoder()
+        self._decoder.max_header_list_size = 64 * 1024
+        self._indexed: dict[bytes, list[tuple[bytes, bytes]]] = {}
+        self._continuing: tuple[int, int, bytearray] | None = None  # (stream id, flags, block so far)
+        self.peer_initial_window = 65535
+        self.peer_max_frame = 16384
+        self.send_window = 65535
+        self._recv_conn = 0
+        self._blocked: dict[int, H2Stream] = {}
+        self.idle: asyncio.Event = asyncio.Event()
+        self.idle.set()
+
+    # -- asyncio.Protocol -----------------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        settings = _SETTING.pack(SETTINGS_INITIAL_WINDOW_SIZE, MAX_WINDOW) + _SETTING.pack(
+            SETTINGS_MAX_FRAME_SIZE, RECV_MAX_FRAME
+        )
+        self._write([frame(SETTINGS, 0, 0, settings), frame(WINDOW_UPDATE, 0, 0, _U32.pack(MAX_WINDOW - 65535))])
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        for stream in list(self.streams.values()):
+            stream._on_reset()
+        self.streams.clear()
+        self._blocked.clear()
+        self.idle.set()
+        self._on_close(self)
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self._buffer
+        if buffer:
+            buffer += data
+            view = memoryview(buffer)
+        else:
+            view = memoryview(data)
+        try:
+            used = self._frames(view)
+        except _ConnectionError as exc:
+            self.close(exc.code, str(exc))
+            return
+        finally:
+            view.release()
+        if buffer:
+            del buffer[:used]
+        elif used < len(data):
+            buffer += data[used:]
+
+    def _frames(self, view: memoryview) -> int:
+        pos = 0
+        if not self._preface:
+            if len(view) < len(PREFACE):
+                if bytes(view) != PREFACE[: len(view)]:
+                    raise _ConnectionError(PROTOCOL_ERROR, "not an HTTP/2 connection preface")
+                return 0
+            if view[: len(PREFACE)] != PREFACE:
+                raise _ConnectionError(PROTOCOL_ERROR, "not an HTTP/2 connection preface")
+            self._preface = True
+            pos = len(PREFACE)
+        end = len(view)
+        while end - pos >= 9:
+            head, flags, sid = _HEAD.unpack_from(view, pos)
+            length = head >> 8
+            if length > RECV_MAX_FRAME:
+                raise _ConnectionError(FRAME_SIZE_ERROR, f"a frame of {length} bytes")
+            stop = pos + 9 + length
+            if stop > end:
+                break
+            self._frame(head & 0xFF, flags, sid & 0x7FFFFFFF, view[pos + 9 : stop])
+            pos = stop
+            if self.transport is None:
+                break
+        return pos
+
+    def _frame(self, ftype: int, flags: int, sid: int, payload: memoryview) -> None:
+        if self._continuing is not None and ftype != CONTINUATION:
+            raise _ConnectionError(PROTOCOL_ERROR, "a header block was interrupted")
+        if ftype == DATA:
+            self._data(flags, sid, payload)
+        elif ftype == HEADERS:
+            self._headers(flags, sid, payload)
+        elif ftype == CONTINUATION:
+            if self._continuing is None or self._continuing[0] != sid:
+                raise _ConnectionError(PROTOCOL_ERROR, "CONTINUATION without HEADERS")
+            self._continuing[2].extend(payload)
+            if flags & END_HEADERS:
+                start_sid, start_flags, block = self._continuing
+                self._continuing = None
+                self._header_block(start_sid, start_flags, bytes(block))
+        elif ftype == SETTINGS:
+            self._settings(flags, payload)
+        elif ftype == PING:
+            if not flags & ACK:
+                self._write([frame(PING, ACK, 0, bytes(payload))])
+        elif ftype == WINDOW_UPDATE:
+            self._window_update(sid, payload)
+        elif ftype == RST_STREAM:
+            stream = self.streams.pop(sid, None)
+            if stream is not None:
+                self._blocked.pop(sid, None)
+                stream._on_reset()
+                self._check_idle()
+        elif ftype == GOAWAY:
+            self.going_away = True
+            self._check_idle()
+        elif ftype == PUSH_PROMISE:
+            raise _ConnectionError(PROTOCOL_ERROR, "a client may not push")
+        # PRIORITY and unknown frame types are ignored
+
+    def _unpad(self, flags: int, payload: memoryview) -> memoryview:
+        if flags & PADDED:
+            if not payload:
+                raise _ConnectionError(PROTOCOL_ERROR, "padding without its length")
+            pad = payload[0]
+            if pad >= len(payload):
+                raise _ConnectionError(PROTOCOL_ERROR, "padding longer than the frame")
+            return payload[1 : len(payload) - pad]
+        return payload
+
+    def _data(self, flags: int, sid: int, payload: memoryview) -> None:
+        self._recv_conn += len(payload)
+        if self._recv_conn >= TOP_UP:
+            self._write([frame(WINDOW_UPDATE, 0, 0, _U32.pack(self._recv_conn))])
+            self._recv_conn = 0
+        stream = self.streams.get(sid)
+        if stream is None or stream.ended:
+            return  # a stream already answered or reset: its data is dropped
+        stream._recv_count += len(payload)
+        if stream._recv_count >= TOP_UP:
+            self._write([frame(WINDOW_UPDATE, 0, sid, _U32.pack(stream._recv_count))])
+            stream._recv_count = 0
+        data = self._unpad(flags, payload)
+        if data and stream.error is None:
+            stream._feed(data)
+        if flags & END_STREAM:
+            stream.ended = True
+        if stream.messages or stream.ended or stream.error is not None:
+            stream._wake()
+
+    def _headers(self, flags: int, sid: int, payload: memoryview) -> None:
+        block = self._unpad(flags, payload)
+        if flags & PRIORITY_FLAG:
+            block = block[5:]
+        if flags & END_HEADERS:
+            self._header_block(sid, flags, bytes(block))
+        else:
+            self._continuing = (sid, flags, bytearray(block))
+
+    def _decode(self, block: bytes) -> list[tuple[bytes, bytes]]:
+        cached = self._indexed.get(block)
+        if cached is not None:
+            return cached
+        try:
+            headers = cast(list[tuple[bytes, bytes]], self._decoder.decode(block, raw=True))
+        except hpack.HPACKError as exc:
+            raise _ConnectionError(COMPRESSION_ERROR, f"a header block could not be decoded: {exc}") from None
+        if all(b & 0x80 for b in block):  # indexed fields only: the table stays as it is
+            if len(self._indexed) >= _CACHED_BLOCKS:
+                self._indexed.clear()
+            self._indexed[block] = headers
+        else:
+            self._indexed.clear()
+        return headers
+
+    def _header_block(self, sid: int, flags: int, block: bytes) -> None:
+        headers = self._decode(block)  # always, in order: the decoder's table follows every block
+        stream = self.streams.get(sid)
+        if stream is not None:  # trailers from the client: only its end matters
+            if flags & END_STREAM:
+                stream.ended = True
+                stream._wake()
+            return
+        if sid % 2 == 0 or sid <= self.last_sid:
+            if sid % 2 == 0:
+                raise _ConnectionError(PROTOCOL_ERROR, f"stream {sid} is not a client's")
+            return  # a stream that ended already
+        self.last_sid = sid
+        if self.going_away:
+            self._write([frame(RST_STREAM, 0, sid, _U32.pack(REFUSED_STREAM))])
+            return
+        stream = H2Stream(self, sid, headers)
+        if flags & END_STREAM:
+            stream.ended = True
+        self.streams[sid] = stream
+        self.idle.clear()
+        self.handler.open(stream)
+
+    def _settings(self, flags: int, payload: memoryview) -> None:
+        if flags & ACK:
+            return
+        if len(payload) % 6:
+            raise _ConnectionError(FRAME_SIZE_ERROR, "a SETTINGS frame of odd length")
+        for pos in range(0, len(payload), 6):
+            key, value = _SETTING.unpack_from(payload, pos)
+            if key == SETTINGS_INITIAL_WINDOW_SIZE:
+                if value > MAX_WINDOW:
+                    raise _ConnectionError(FLOW_CONTROL_ERROR, "an initial window over 2^31-1")
+                delta = value - self.peer_initial_window
+                self.peer_initial_window = value
+                for stream in self.streams.values():
+                    stream.send_window += delta
+            elif key == SETTINGS_MAX_FRAME_SIZE:
+                if not 16384 <= value <= 16777215:
+                    raise _ConnectionError(PROTOCOL_ERROR, f"SETTINGS_MAX_FRAME_SIZE {value}")
+                self.peer_max_frame = value
+        self._write([frame(SETTINGS, ACK, 0)])
+        self._resume()
+
+    def _window_update(self, sid: int, payload: memoryview) -> None:
+        if len(payload) != 4:
+            raise _ConnectionError(FRAME_SIZE_ERROR, "a WINDOW_UPDATE frame not of 4 bytes")
+        increment = _U32.unpack_from(payload)[0] & 0x7FFFFFFF
+        if sid == 0:
+            self.send_window += increment
+        else:
+            stream = self.streams.get(sid)
+            if stream is None:
+                return
+            stream.send_window += increment
+        self._resume()
+
+    # -- sending --------------------------------------------------------------------------------------------
+    def _write(self, parts: list[bytes | memoryview]) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            if len(parts) == 1:
+                self.transport.write(parts[0])
+            else:
+                self.transport.writelines(parts)
+
+    def flush(self, stream: H2Stream, out: list[bytes | memoryview]) -> None:
+        stream._take(out)
+        if stream.blocked:
+            self._blocked[stream.sid] = stream
+        if out:
+            self._write(out)
+
+    def _resume(self) -> None:
+        """Windows opened: send what waited, stream by stream."""
+        if not self._blocked:
+            return
+        out: list[bytes | memoryview] = []
+        for sid, stream in list(self._blocked.items()):
+            stream._take(out)
+            if not stream.blocked:
+                self._blocked.pop(sid, None)
+            if self.send_window <= 0:
+                break
+        if out:
+            self._write(out)
+
+    def stream_closed(self, stream: H2Stream) -> None:
+        """This side ended the stream; what the client still sends on it is dropped. (No RST_STREAM NO_ERROR to
+        stop it: grpc's C core reads one that follows the trailers as the call's failure.)"""
+        self.streams.pop(stream.sid, None)
+        self._blocked.pop(stream.sid, None)
+        self._check_idle()
+
+    def reset_stream(self, stream: H2Stream, code: int = CANCEL) -> None:
+        """Abandon a stream this side cannot answer any more."""
+        if stream.closed or stream.reset:
+            return
+        self.streams.pop(stream.sid, None)
+        self._blocked.pop(stream.sid, None)
+        stream.closed = True
+        self._write([frame(RST_STREAM, 0, stream.sid, _U32.pack(code))])
+        stream._on_reset()
+        self._check_idle()
+
+    def _check_idle(self) -> None:
+        if not self.streams:
+            self.idle.set()
+            if self.going_away and self.transport is not None and not self.transport.is_closing():
+                # the client closes a connection it was told to leave once its calls ended; closing it here
+                # could drop the last answers (a close with unread input sends a TCP reset): a late close only
+                self.loop.call_later(CLOSE_AFTER_S, self.close)
+
+    def go_away(self) -> None:
+        """No new streams; the connection closes once those open have ended."""
+        if self.going_away:
+            return
+        self.going_away = True
+        self._write([frame(GOAWAY, 0, 0, _U32.pack(self.last_sid) + _U32.pack(NO_ERROR))])
+        self._check_idle()
+
+    def close(self, code: int = NO_ERROR, reason: str = "") -> None:
+        if self.transport is None or self.transport.is_closing():
+            return
+        if code != NO_ERROR:
+            logger.info("closing a gRPC connection: %s", reason)
+        debug = reason.encode("utf-8", "replace")[:256]
+        self._write([frame(GOAWAY, 0, 0, _U32.pack(self.last_sid) + _U32.pack(code) + debug)])
+        self.transport.close()
+
+
+class _ConnectionError(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def header_value(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes | None:
+    for key, value in headers:
+        if key == name:
+            return value
+    return None
