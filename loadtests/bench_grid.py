@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime
 import json
 import shlex
@@ -230,11 +231,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     use_perf = problem is None and not args.python_load
     settings = Settings.quick() if args.quick else Settings()
     if args.window_ms:
-        settings = Settings(**{**settings.__dict__, "window_ms": args.window_ms})
+        settings = dataclasses.replace(settings, window_ms=args.window_ms)
     if use_perf:
         tool = (
             f"load generator: perf_analyzer ({_perf.perf_analyzer_path()}), binary tensors, "
-            f"{settings.window_ms} ms windows, at most {settings.max_trials} trials, -s {settings.stability_pct}"
+            f"{settings.window_ms} ms windows, at most {settings.max_trials} trials at -s {settings.stability_pct} "
+            f"(then -s {settings.retry_stability_pct}, noted)"
         )
     else:
         why = "--python-load" if args.python_load else problem
@@ -277,7 +279,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if cfg is None
         else (
             f"identity FP32 [1,{cfg.dim}], max_batch_size {cfg.mbs}, max_queue_delay "
-            f"{cfg.delay_us} us, {'perf_analyzer' if use_perf else 'loadgen'}"
+            f"{cfg.delay_us} us, {'perf_analyzer' if use_perf else 'loadgen'} "
+            f"{' and '.join(dict.fromkeys(c.protocol.upper() for c in curve))}, binary tensors"
         )
     )
     drawn = plot_curve(curve, variants, png_path, command, subtitle)
