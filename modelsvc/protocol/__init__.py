@@ -32,6 +32,7 @@ from ._http_codec import (
     encode_error,
     encode_infer_request,
     encode_infer_response,
+    encode_infer_response_parts,
     encode_json,
 )
 from ._types import InferRequest, InferResponse, Parameters, RequestedOutput, Tensor
@@ -66,6 +67,7 @@ __all__ = [
     "encode_error",
     "encode_infer_request",
     "encode_infer_response",
+    "encode_infer_response_parts",
     "encode_json",
     "numpy_dtype",
     "serialize_bytes_tensor",

@@ -171,6 +171,13 @@ def encode_infer_response(response: InferResponse, binary: list[bool]) -> tuple[
     Returns the body and, when any output is binary, the JSON header's length (for the
     ``Inference-Header-Content-Length`` response header).
     """
+    parts, json_length = encode_infer_response_parts(response, binary)
+    return (parts[0] if len(parts) == 1 else b"".join(parts)), json_length
+
+
+def encode_infer_response_parts(response: InferResponse, binary: list[bool]) -> tuple[list[bytes], int | None]:
+    """``encode_infer_response`` with the body left in pieces (the JSON header, then each binary output's
+    bytes), for a server that writes them out with one vectored write instead of joining them first."""
     outputs: list[dict[str, Any]] = []
     blobs: list[bytes] = []
     for tensor, as_binary in zip(response.outputs, binary, strict=True):
@@ -200,8 +207,8 @@ def encode_infer_response(response: InferResponse, binary: list[bool]) -> tuple[
     head["outputs"] = outputs
     header = _encoder.encode(head)
     if not blobs:
-        return header, None
-    return b"".join([header, *blobs]), len(header)
+        return [header], None
+    return [header, *blobs], len(header)
 
 
 def _tensor_bytes(tensor: Tensor) -> bytes:

@@ -21,7 +21,7 @@ from ..protocol import (
     InvalidArgument,
     decode_infer_request,
     encode_error,
-    encode_infer_response,
+    encode_infer_response_parts,
     encode_json,
 )
 from ._dataplane import DataPlane
@@ -236,6 +236,13 @@ class Reply(NamedTuple):
     body: bytes
     content_type: bytes
     headers: tuple[tuple[bytes, bytes], ...] = ()
+    tail: tuple[bytes, ...] = ()
+    """More of the body after ``body`` (large binary outputs), only when ``handle`` was called with ``split``."""
+
+
+_JOIN_UNDER = 64 * 1024
+"""Binary outputs smaller than this (in all) are joined to the JSON header: one buffer for one write. Larger ones
+stay apart (``Reply.tail``), written with one vectored write instead of being copied into a joined body."""
 
 
 class InferEndpoint:
@@ -253,9 +260,16 @@ class InferEndpoint:
         """Set when inference needs a header (``--http-restricted-api inference:...``)."""
 
     async def handle(
-        self, model: str, version: str | None, headers: Sequence[tuple[bytes, bytes]], body: bytes
+        self,
+        model: str,
+        version: str | None,
+        headers: Sequence[tuple[bytes, bytes]],
+        body: bytes,
+        *,
+        split: bool = False,
     ) -> Reply:
-        """Answer one infer request; ``headers`` are the request's, names lower-case.
+        """Answer one infer request; ``headers`` are the request's, names lower-case. ``split``: large binary
+        outputs may come apart from ``Reply.body``, in ``Reply.tail`` (the server writes both with one writev).
 
         With tracing on, the request's W3C trace context is taken from ``headers`` and a sampled request
         gets a SERVER span (model, version, request id, outcome, status) with queue and compute children.
@@ -280,7 +294,7 @@ class InferEndpoint:
             default = request.binary_data_output
             wanted = {o.name: o.binary for o in request.outputs or ()}
             flags = [default if wanted.get(t.name) is None else bool(wanted[t.name]) for t in response.outputs]
-            payload, json_length = encode_infer_response(response, flags)
+            parts, json_length = encode_infer_response_parts(response, flags)
         except Exception as exc:
             status, message = http_error(exc)
             if status == 500:
@@ -295,8 +309,11 @@ class InferEndpoint:
         if trace is not None:
             trace.end(200, None)
         if json_length is None:
-            return Reply(200, payload, _JSON_BYTES)
-        return Reply(200, payload, _BINARY, ((_HEADER_KEY, str(json_length).encode()),))
+            return Reply(200, parts[0], _JSON_BYTES)
+        length_header = ((_HEADER_KEY, str(json_length).encode()),)
+        if split and len(parts) > 1 and sum(map(len, parts)) - json_length >= _JOIN_UNDER:
+            return Reply(200, parts[0], _BINARY, length_header, tuple(parts[1:]))
+        return Reply(200, b"".join(parts), _BINARY, length_header)
 
 
 def _header_int(value: bytes, name: str) -> int:

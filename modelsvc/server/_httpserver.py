@@ -40,7 +40,8 @@ _MAX_PIPELINED = 32
 _SKIPPED = {b"content-length", b"transfer-encoding", b"connection"}
 
 
-_Answer = tuple[int, bytes, bytes | None, tuple[tuple[bytes, bytes], ...]]
+#: status, body, content type, headers, and more of the body to write after ``body`` (large binary outputs)
+_Answer = tuple[int, bytes, bytes | None, tuple[tuple[bytes, bytes], ...], tuple[bytes, ...]]
 
 
 def _response(
@@ -50,12 +51,13 @@ def _response(
     headers: tuple[tuple[bytes, bytes], ...] | list[tuple[bytes, bytes]] = (),
     close: bool = False,
     keep_alive_header: bool = False,
+    more: int = 0,
 ) -> bytes:
-    """Status line, headers and body as one buffer, for one write."""
+    """Status line, headers and body as one buffer, for one write; ``more``: bytes of body written after it."""
     parts = [_STATUS_LINES.get(status) or f"HTTP/1.1 {status} \r\n".encode()]
     if content_type is not None:
         parts += [b"content-type: ", content_type, b"\r\n"]
-    parts += [b"content-length: ", str(len(body)).encode(), b"\r\n"]
+    parts += [b"content-length: ", str(len(body) + more).encode(), b"\r\n"]
     for key, value in headers:
         parts += [key, b": ", value, b"\r\n"]
     if close:
@@ -153,14 +155,14 @@ class HttpServer:
         """The answer to one request: status, body, content type and headers."""
         if request.too_large:
             message = f"request body exceeds the limit of {self.max_body_size} bytes"
-            return 413, encode_error(message), _JSON, ()
+            return 413, encode_error(message), _JSON, (), ()
         raw_path, _, query = request.url.partition(b"?")
         path = unquote(raw_path.decode("latin-1"))
         if self.infer is not None and request.method == b"POST":
             target = infer_target(path)
             if target is not None:
-                reply = await self.infer.handle(target[0], target[1], request.headers, request.body)
-                return reply.status, reply.body, reply.content_type, reply.headers
+                reply = await self.infer.handle(target[0], target[1], request.headers, request.body, split=True)
+                return reply.status, reply.body, reply.content_type, reply.headers, reply.tail
         return await self._asgi(request, conn, path, raw_path, query)
 
     async def _asgi(self, request: _Request, conn: _Connection, path: str, raw_path: bytes, query: bytes) -> _Answer:
@@ -204,11 +206,11 @@ class HttpServer:
             await self.app(scope, receive, send)
         except Exception:
             logger.exception("unhandled error serving %s %s", scope["method"], path)
-            return 500, encode_error("internal server error; see the server log"), _JSON, ()
+            return 500, encode_error("internal server error; see the server log"), _JSON, (), ()
         body = b"".join(chunks)
         if request.method == b"HEAD":
             body = b""
-        return status, body, None, tuple(headers)
+        return status, body, None, tuple(headers), ()
 
 
 class _Connection(asyncio.Protocol):
@@ -415,7 +417,7 @@ class _Connection(asyncio.Protocol):
 
     async def _serve(self, request: _Request) -> None:
         try:
-            status, body, content_type, headers = await self.server.respond(request, self)
+            status, body, content_type, headers, tail = await self.server.respond(request, self)
         except asyncio.CancelledError:
             if not self.closed:  # cancelled by something other than the client leaving: give up on it
                 self.task = None
@@ -423,14 +425,18 @@ class _Connection(asyncio.Protocol):
             return
         except Exception:  # pragma: no cover - respond() answers its own errors
             logger.exception("error answering a request")
-            status, body, content_type, headers = 500, encode_error("internal server error"), _JSON, ()
+            status, body, content_type, headers, tail = 500, encode_error("internal server error"), _JSON, (), ()
         if self.closed or self.transport is None:
             return
         last = not self.queue and (self._done_reading or self.server.draining)
         close = not request.keep_alive or request.too_large or last
-        self.transport.write(
-            _response(status, body, content_type, headers, close, keep_alive_header=request.version == "1.0")
-        )
+        keep_alive_header = request.version == "1.0"
+        if tail:  # large outputs: one vectored write of the head and each output's bytes, no joined copy
+            more = sum(map(len, tail))
+            head = _response(status, body, content_type, headers, close, keep_alive_header, more)
+            self.transport.writelines([head, *tail])
+        else:
+            self.transport.write(_response(status, body, content_type, headers, close, keep_alive_header))
         if close:
             self.queue.clear()
             self._done_reading = True
