@@ -235,9 +235,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if use_perf:
         tool = (
             f"load generator: perf_analyzer ({_perf.perf_analyzer_path()}), binary tensors, "
-            f"{settings.window_ms} ms windows, at most {settings.max_trials} trials at -s {settings.stability_pct} "
-            f"(then -s {settings.retry_stability_pct}, noted)"
+            f"{settings.window_ms} ms windows, at most {settings.max_trials} trials at -s {settings.stability_pct}"
         )
+        if settings.retry_stability_pct != settings.stability_pct:
+            tool += f" (then -s {settings.retry_stability_pct}, noted)"
     else:
         why = "--python-load" if args.python_load else problem
         tool = f"load generator: FALLBACK loadtests.loadgen (Python, asyncio), because: {why}"
