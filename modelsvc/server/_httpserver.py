@@ -16,32 +16,37 @@ import asyncio
 import contextlib
 import logging
 import socket
+import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from email.utils import formatdate
 from http import HTTPStatus
-from typing import Any, cast
+from typing import cast
 from urllib.parse import unquote
 
 import httptools
 
 from ..protocol import HEADER_CONTENT_LENGTH, encode_error
 from ._http import InferEndpoint, infer_target
+from ._httpserver_asgi import Answer, ASGIApp, AsgiBridge
 
 logger = logging.getLogger("modelsvc.http")
-
-#: an ASGI application (the Litestar app), called as app(scope, receive, send)
-ASGIApp = Callable[..., Awaitable[None]]
 
 _STATUS_LINES = {s.value: f"HTTP/1.1 {s.value} {s.phrase}\r\n".encode() for s in HTTPStatus}
 _JSON = b"application/json"
 _HEADER_KEY = HEADER_CONTENT_LENGTH.encode()
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _MAX_PIPELINED = 32
-_SKIPPED = {b"content-length", b"transfer-encoding", b"connection"}
+_MAX_HEAD_BYTES = 64 * 1024
+"""The most a request line and its headers may take: more is answered 431 (nginx and uvicorn allow less)."""
+_date_cache: list[object] = [0, b""]
 
 
-#: status, body, content type, headers, and more of the body to write after ``body`` (large binary outputs)
-_Answer = tuple[int, bytes, bytes | None, tuple[tuple[bytes, bytes], ...], tuple[bytes, ...]]
+def _date() -> bytes:
+    """The ``Date`` header's value (IMF-fixdate, RFC 9110 5.6.7), made once a second."""
+    now = int(time.time())
+    if _date_cache[0] != now:
+        _date_cache[0], _date_cache[1] = now, formatdate(now, usegmt=True).encode()
+    return cast(bytes, _date_cache[1])
 
 
 def _response(
@@ -57,7 +62,7 @@ def _response(
     parts = [_STATUS_LINES.get(status) or f"HTTP/1.1 {status} \r\n".encode()]
     if content_type is not None:
         parts += [b"content-type: ", content_type, b"\r\n"]
-    parts += [b"content-length: ", str(len(body) + more).encode(), b"\r\n"]
+    parts += [b"content-length: ", str(len(body) + more).encode(), b"\r\ndate: ", _date(), b"\r\n"]
     for key, value in headers:
         parts += [key, b": ", value, b"\r\n"]
     if close:
@@ -69,7 +74,7 @@ def _response(
 
 
 class _Request:
-    __slots__ = ("body", "headers", "keep_alive", "method", "too_large", "url", "version")
+    __slots__ = ("body", "headers", "keep_alive", "method", "refused", "too_large", "url", "version")
 
     def __init__(
         self,
@@ -80,7 +85,10 @@ class _Request:
         keep_alive: bool,
         too_large: bool,
         version: str,
+        refused: tuple[int, str] | None = None,
     ) -> None:
+        self.refused = refused
+        """(status, message) for a request refused before its body (no Host, headers too large)."""
         self.method = method
         self.url = url
         self.headers = headers
@@ -102,6 +110,7 @@ class HttpServer:
         keep_alive_s: float = 75.0,
     ) -> None:
         self.app = app
+        self._bridge = AsgiBridge(app)
         self.infer = infer
         self.max_body_size = max_body_size
         self.keep_alive_s = keep_alive_s
@@ -151,66 +160,36 @@ class HttpServer:
                 if conn.idle and conn.last_active < cutoff:
                     conn.close()
 
-    async def respond(self, request: _Request, conn: _Connection) -> _Answer:
-        """The answer to one request: status, body, content type and headers."""
+    async def respond(self, request: _Request, conn: _Connection) -> Answer:
+        """The answer to one request: status, body, content type, headers and the body's tail."""
         if request.too_large:
             message = f"request body exceeds the limit of {self.max_body_size} bytes"
             return 413, encode_error(message), _JSON, (), ()
-        raw_path, _, query = request.url.partition(b"?")
+        if request.refused is not None:
+            return request.refused[0], encode_error(request.refused[1]), _JSON, (), ()
+        url = request.url
+        if not url.startswith(b"/") and b"://" in url:  # absolute form (RFC 9112 3.2.2): the path is what counts
+            url = b"/" + url.split(b"://", 1)[1].partition(b"/")[2]
+        raw_path, _, query = url.partition(b"?")
         path = unquote(raw_path.decode("latin-1"))
         if self.infer is not None and request.method == b"POST":
             target = infer_target(path)
             if target is not None:
                 reply = await self.infer.handle(target[0], target[1], request.headers, request.body, split=True)
                 return reply.status, reply.body, reply.content_type, reply.headers, reply.tail
-        return await self._asgi(request, conn, path, raw_path, query)
+        return await self._bridge.answer(
+            request.method,
+            request.version,
+            request.headers,
+            request.body,
+            path,
+            raw_path,
+            query,
+            self.address,
+            conn.peer,
+            conn.lost,
+        )
 
-    async def _asgi(self, request: _Request, conn: _Connection, path: str, raw_path: bytes, query: bytes) -> _Answer:
-        scope = {
-            "type": "http",
-            "asgi": {"version": "3.0", "spec_version": "2.3"},
-            "http_version": request.version,
-            "method": request.method.decode("latin-1"),
-            "scheme": "http",
-            "path": path,
-            "raw_path": raw_path,
-            "query_string": query,
-            "root_path": "",
-            "headers": request.headers,
-            "server": self.address,
-            "client": conn.peer,
-            "state": {},
-        }
-        body_sent = False
-        status = 500
-        headers: list[tuple[bytes, bytes]] = []
-        chunks: list[bytes] = []
-
-        async def receive() -> dict[str, Any]:
-            nonlocal body_sent
-            if not body_sent:
-                body_sent = True
-                return {"type": "http.request", "body": request.body, "more_body": False}
-            await conn.lost()
-            return {"type": "http.disconnect"}
-
-        async def send(message: Any) -> None:
-            nonlocal status, headers
-            if message["type"] == "http.response.start":
-                status = message["status"]
-                headers = [(k.lower(), v) for k, v in message.get("headers", ()) if k.lower() not in _SKIPPED]
-            elif message["type"] == "http.response.body":
-                chunks.append(message.get("body", b""))
-
-        try:
-            await self.app(scope, receive, send)
-        except Exception:
-            logger.exception("unhandled error serving %s %s", scope["method"], path)
-            return 500, encode_error("internal server error; see the server log"), _JSON, (), ()
-        body = b"".join(chunks)
-        if request.method == b"HEAD":
-            body = b""
-        return status, body, None, tuple(headers), ()
 
 
 class _Connection(asyncio.Protocol):
@@ -242,6 +221,8 @@ class _Connection(asyncio.Protocol):
         self._body: list[bytes] = []
         self._size = 0
         self._too_large = False
+        self._in_head = False  # between a request's first byte and the end of its headers
+        self._head_bytes = 0
 
     @property
     def idle(self) -> bool:
@@ -302,10 +283,20 @@ class _Connection(asyncio.Protocol):
         if self._done_reading:
             return
         self.last_active = self.loop.time()
+        if self._in_head:
+            self._head_bytes += len(data)
+            if self._head_bytes > _MAX_HEAD_BYTES:
+                self._refuse(431, f"the request line and headers exceed {_MAX_HEAD_BYTES} bytes")
+                return
         try:
             self.parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
-            self._stop_reading(_error(400, "protocol upgrades are not supported"))
+        except httptools.HttpParserUpgrade as exc:
+            # The request asked to switch protocols (Upgrade, or CONNECT): it was answered as plain HTTP/1.1, as
+            # RFC 9110 7.8 allows; what follows it on the connection is read as HTTP/1.1 again.
+            offset = exc.args[0] if exc.args and isinstance(exc.args[0], int) else len(data)
+            self.parser = httptools.HttpRequestParser(self)
+            if offset < len(data):
+                self.data_received(data[offset:])
         except httptools.HttpParserError as exc:
             after_close = "after" in str(exc).lower() and "close" in str(exc).lower()
             self._stop_reading(None if after_close else _error(400, f"malformed HTTP request: {exc}"))
@@ -332,6 +323,8 @@ class _Connection(asyncio.Protocol):
 
     # -- httptools callbacks ----------------------------------------------------------------------
     def on_message_begin(self) -> None:
+        self._in_head = True
+        self._head_bytes = 0
         self._url = b""
         self._headers = []
         self._body = []
@@ -345,17 +338,23 @@ class _Connection(asyncio.Protocol):
         self._headers.append((name.lower(), value))
 
     def on_headers_complete(self) -> None:
+        self._in_head = False
         if self._done_reading:
             return
         expect_continue = False
+        host = False
         for key, value in self._headers:
-            if key == b"content-length":
+            if key == b"host":
+                host = True
+            elif key == b"content-length":
                 with contextlib.suppress(ValueError):  # httptools rejects a bad content-length itself
                     if int(value) > self.server.max_body_size:
                         self._too_large = True
             elif key == b"expect" and value.lower() == b"100-continue":
                 expect_continue = True
-        if self._too_large:
+        if not host and self.parser.get_http_version() == "1.1":
+            self._refuse(400, "an HTTP/1.1 request must carry a Host header")
+        elif self._too_large:
             self._refuse_body()
         elif expect_continue and self.idle and self.transport is not None:
             self.transport.write(_CONTINUE)
@@ -374,6 +373,12 @@ class _Connection(asyncio.Protocol):
     def _refuse_body(self) -> None:
         """The body is over the limit: answer 413 in turn, read nothing more."""
         self._enqueue(_Request(b"", self._url, self._headers, b"", False, True, self.parser.get_http_version()))
+        self._stop_reading(None)
+
+    def _refuse(self, status: int, message: str) -> None:
+        """A request refused on its head: answer ``status`` in turn, read nothing more, then close."""
+        self._in_head = False
+        self._enqueue(_Request(b"", b"", [], b"", False, False, "1.1", (status, message)))
         self._stop_reading(None)
 
     def on_message_complete(self) -> None:
@@ -428,18 +433,23 @@ class _Connection(asyncio.Protocol):
             status, body, content_type, headers, tail = 500, encode_error("internal server error"), _JSON, (), ()
         if self.closed or self.transport is None:
             return
-        last = not self.queue and (self._done_reading or self.server.draining)
-        close = not request.keep_alive or request.too_large or last
+        # the last answer says close, unless a final error (a malformed request) still follows it and says so itself
+        last = not self.queue and (self._done_reading or self.server.draining) and self._final_error is None
+        close = not request.keep_alive or request.too_large or request.refused is not None or last
         keep_alive_header = request.version == "1.0"
-        if tail:  # large outputs: one vectored write of the head and each output's bytes, no joined copy
+        if request.method == b"HEAD":  # the head of the GET answer, with the length of the body it leaves out
+            more = len(body) + sum(map(len, tail))
+            self.transport.write(_response(status, b"", content_type, headers, close, keep_alive_header, more))
+        elif tail:  # large outputs: one vectored write of the head and each output's bytes, no joined copy
             more = sum(map(len, tail))
             head = _response(status, body, content_type, headers, close, keep_alive_header, more)
             self.transport.writelines([head, *tail])
         else:
             self.transport.write(_response(status, body, content_type, headers, close, keep_alive_header))
-        if close:
+        if close:  # nothing may follow an answer that says close, not even the final error
             self.queue.clear()
             self._done_reading = True
+            self._final_error = None
             self.task = None
             self._finish()
             return
