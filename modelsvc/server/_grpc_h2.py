@@ -22,6 +22,7 @@ import asyncio
 import collections
 import logging
 import struct
+import zlib
 from collections.abc import Callable
 from typing import Protocol, cast
 
@@ -160,13 +161,34 @@ class H2Stream:
             if length > self.max_message:
                 self._refuse(length)
                 return
-            if buffer[0]:
-                self.error = ("UNIMPLEMENTED", "compressed messages are not supported: send them uncompressed")
-                return
             if len(buffer) < 5 + length:
                 return
-            self.messages.append(bytes(buffer[5 : 5 + length]))
+            message = bytes(buffer[5 : 5 + length])
+            compressed = buffer[0]
             del buffer[: 5 + length]
+            if compressed:
+                self._inflate(message)
+            else:
+                self.messages.append(message)
+
+    def _inflate(self, message: bytes) -> None:
+        """A compressed message (flag 1) in the stream's ``grpc-encoding``: gzip and deflate, as grpc offers."""
+        encoding = next((v for k, v in self.headers if k == b"grpc-encoding"), b"identity")
+        wbits = {b"gzip": 16 + zlib.MAX_WBITS, b"deflate": zlib.MAX_WBITS}.get(encoding)
+        if wbits is None:
+            name = encoding.decode("latin-1")
+            self.error = ("UNIMPLEMENTED", f"a compressed message in grpc-encoding '{name}': gzip or deflate only")
+            return
+        inflater = zlib.decompressobj(wbits)
+        try:
+            plain = inflater.decompress(message, self.max_message + 1)
+        except zlib.error as exc:
+            self.error = ("INTERNAL", f"a compressed message that does not inflate: {exc}")
+            return
+        if len(plain) > self.max_message:
+            self._refuse(len(plain) + len(inflater.unconsumed_tail))
+            return
+        self.messages.append(plain)
 
     def _refuse(self, length: int) -> None:
         self.error = ("RESOURCE_EXHAUSTED", f"Received message larger than max ({length} vs. {self.max_message})")
@@ -293,6 +315,7 @@ class H2Connection(asyncio.Protocol):
         self.send_window = 65535
         self._recv_conn = 0
         self._blocked: dict[int, H2Stream] = {}
+        self._out: list[bytes | memoryview] = []
         self.idle: asyncio.Event = asyncio.Event()
         self.idle.set()
 
@@ -506,11 +529,25 @@ class H2Connection(asyncio.Protocol):
 
     # -- sending --------------------------------------------------------------------------------------------
     def _write(self, parts: list[bytes | memoryview]) -> None:
-        if self.transport is not None and not self.transport.is_closing():
-            if len(parts) == 1:
-                self.transport.write(parts[0])
-            else:
-                self.transport.writelines(parts)
+        """Queue frames; they go out together at the end of this turn of the loop (the answers of one batch
+        in one system call)."""
+        if self.transport is None or self.transport.is_closing():
+            return
+        if not self._out:
+            self.loop.call_soon(self._send_out)
+        self._out.extend(parts)
+
+    def _send_out(self) -> None:
+        out, self._out = self._out, []
+        transport = self.transport
+        if not out or transport is None or transport.is_closing():
+            return
+        if len(out) == 1:
+            transport.write(out[0])
+        elif sum(map(len, out)) <= 65536:
+            transport.write(b"".join(out))
+        else:
+            transport.writelines(out)
 
     def flush(self, stream: H2Stream, out: list[bytes | memoryview]) -> None:
         stream._take(out)
@@ -574,6 +611,7 @@ class H2Connection(asyncio.Protocol):
             logger.info("closing a gRPC connection: %s", reason)
         debug = reason.encode("utf-8", "replace")[:256]
         self._write([frame(GOAWAY, 0, 0, _U32.pack(self.last_sid) + _U32.pack(code) + debug)])
+        self._send_out()
         self.transport.close()
 
 
