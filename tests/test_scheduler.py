@@ -344,3 +344,39 @@ def test_timeout_never_fires_before_its_deadline_when_the_loop_timer_is_early(st
     with asyncio.Runner(loop_factory=_EarlyTimersLoop) as runner:
         waits = runner.run(main())
     assert min(waits) >= timeout_ns, f"timed out after {min(waits) / 1e6:.3f} ms, before the 5 ms timeout"
+
+
+async def test_a_full_batch_goes_at_once_whatever_the_queue_delay(stats):
+    inst = GatedInstance()
+    inst.gate.set()
+    sched = Scheduler(config(batch=BatchPolicy(4, max_queue_delay_ns=600 * 10**9)), [inst], stats)
+    sched.start()
+    try:
+        t0 = time.monotonic()
+        outs = await asyncio.wait_for(asyncio.gather(*(sched.infer(row(i), ["OUT"]) for i in range(4))), WAIT)
+        assert time.monotonic() - t0 < WAIT
+        assert [o["OUT"][0, 0] for o in outs] == [0, 2, 4, 6]
+        assert inst.batches == [[0, 1, 2, 3]]
+    finally:
+        await sched.close()
+
+
+async def test_a_lone_request_waits_out_the_queue_delay_then_goes(stats):
+    """The delay runs on the batch timer (a timerfd on Linux): a request that cannot fill a batch waits the delay
+    (less the timer's wake-up lead of 20 us) and then goes alone, without any other event to wake the scheduler."""
+    inst = GatedInstance()
+    inst.gate.set()
+    delay_ns = 30_000_000
+    sched = Scheduler(config(batch=BatchPolicy(8, max_queue_delay_ns=delay_ns)), [inst], stats)
+    sched.start()
+    try:
+        t0 = time.perf_counter_ns()
+        out = await asyncio.wait_for(sched.infer(row(5), ["OUT"]), WAIT)
+        waited = time.perf_counter_ns() - t0
+        assert out["OUT"][0, 0] == 10
+        assert inst.batches == [[5]]
+        assert waited >= delay_ns - 20_000
+        queue_ns = stats.as_json()["inference_stats"]["queue"]["ns"]
+        assert queue_ns >= delay_ns - 20_000
+    finally:
+        await sched.close()
