@@ -68,13 +68,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--rounds", type=int, default=1, help="repeat the whole interleaving; tables give medians")
     p.add_argument("--protocol", choices=("http", "grpc", "both"), default="http")
-    p.add_argument("--parts", type=_names(PARTS), help="grid,large,curve (default all)")
+    p.add_argument("--parts", type=_names(PARTS), help="grid,large,curve (default all; --quick: grid,curve)")
     p.add_argument("--curve-mbs", type=int, default=64, help="the curve's max_batch_size (default 64)")
     p.add_argument("--curve-delay", type=int, default=100, help="the curve's queue delay in us (default 100)")
     p.add_argument("--curve-concurrency", type=_ints, help="default 1,2,4,8,16,32,64")
     p.add_argument("--large-concurrency", type=_ints, help="the large-tensor row's concurrencies (default 1,8)")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"folder for {STEM}.md/.json/_curve.png")
-    p.add_argument("--quick", action="store_true", help="one cell, 1 round, short windows (for a test)")
+    p.add_argument(
+        "--quick", action="store_true", help="one cell and a two-point curve, 1 round, short windows (for a test)"
+    )
     p.add_argument("--python-load", action="store_true", help="use loadtests.loadgen, not perf_analyzer")
     p.add_argument("--window-ms", type=int, help="perf_analyzer's measurement window (default 1000, quick 300)")
     return p
@@ -87,7 +89,7 @@ def _defaults(args: argparse.Namespace) -> None:
     args.concurrency = args.concurrency or ([8] if q else [1, 8, 32])
     args.curve_concurrency = args.curve_concurrency or ([1, 8] if q else [1, 2, 4, 8, 16, 32, 64])
     args.large_concurrency = args.large_concurrency or ([1] if q else [1, 8])
-    args.parts = args.parts or list(PARTS)
+    args.parts = args.parts or (["grid", "curve"] if q else list(PARTS))
 
 
 def start_servers(
