@@ -181,9 +181,42 @@ def test_ping_is_answered_and_a_bad_preface_is_refused(server: ModelsvcProcess) 
         assert sock.recv(1) == b""  # and the connection closes
 
 
-def test_the_server_still_answers(server: ModelsvcProcess, tmp_path: Path) -> None:
+def test_the_server_still_answers(server: ModelsvcProcess) -> None:
     client = grpcclient.InferenceServerClient(target(server))
     try:
         assert np.array_equal(client.infer("identity", [infer_input("INPUT0", ROW)]).as_numpy("OUTPUT0"), ROW)
     finally:
         client.close()
+
+
+@pytest.mark.parametrize("engine", ["h2", "grpcio"])
+async def test_both_engines_answer_alike(tmp_path: Path, engine: str) -> None:
+    """``GrpcServer(engine=...)``: the HTTP/2 of this package (the default) and grpcio's server, same service."""
+    from modelsvc.repository import ModelRepository
+    from modelsvc.server import DataPlane, ModelManager
+    from modelsvc.server._grpc import GrpcServer
+
+    om.write_model(tmp_path, "solo", om.identity(), identity_config("solo"))
+    models = ModelManager(ModelRepository(tmp_path))
+    assert not await models.load_all()
+    dataplane = DataPlane(models)
+    dataplane.accepting = True
+    server = GrpcServer(dataplane, engine=engine, max_message_size=4096)
+    await server.start("127.0.0.1", 0)
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.address[1]}") as channel:
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            answer = await stub.ModelInfer(raw_request("solo", ROW, "a"))
+            assert answer.id == "a"
+            assert np.array_equal(np.frombuffer(answer.raw_output_contents[0], np.float32), ROW.reshape(-1))
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await stub.ModelInfer(raw_request("nope", ROW))
+            assert info.value.code() is grpc.StatusCode.NOT_FOUND
+            with pytest.raises(grpc.aio.AioRpcError) as info:  # 8 KiB of input over a 4 KiB limit
+                await stub.ModelInfer(raw_request("solo", np.zeros((8, 256), np.float32)))
+            assert info.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+    finally:
+        await server.shutdown(1)
+        await models.close()
+    with pytest.raises(ValueError, match="unknown gRPC engine"):
+        GrpcServer(dataplane, engine="other")

@@ -376,8 +376,8 @@ class H2Connection(asyncio.Protocol):
                 break
             self._frame(head & 0xFF, flags, sid & 0x7FFFFFFF, view[pos + 9 : stop])
             pos = stop
-            if self.transport is None:
-                break
+            if self.transport is None or self.transport.is_closing():
+                break  # closed on a connection error: nothing after it is read
         return pos
 
     def _frame(self, ftype: int, flags: int, sid: int, payload: memoryview) -> None:
