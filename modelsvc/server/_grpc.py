@@ -47,6 +47,7 @@ from ..protocol._pbparams import CONTENTS_FIELDS, parameters_from_proto, set_pro
 from ._dataplane import DataPlane
 from ._errors import INTERNAL_MESSAGE, http_error
 from ._grpc_calls import GrpcCalls, H2GrpcServer
+from ._grpc_wire import WireAnswer, encode_infer_response_wire
 from ._restricted import RestrictedApis, RestrictionInterceptor
 from ._tracing import RequestTrace
 
@@ -214,8 +215,9 @@ def _raw(tensor: Tensor) -> bytes:
     return np.ascontiguousarray(tensor.data).tobytes()  # BF16 (ml_dtypes) gives its 16-bit words
 
 
-def encode_infer_response(response: InferResponse) -> Any:
-    """The ``ModelInferResponse``: every output's bytes in ``raw_output_contents`` (what tritonclient reads)."""
+def encode_infer_response(response: InferResponse, raw: bool = True) -> Any:
+    """The ``ModelInferResponse``: every output's bytes in ``raw_output_contents`` (what tritonclient reads).
+    ``raw=False``: without them (``encode_infer_response_wire`` adds them)."""
     message = service_pb2.ModelInferResponse(
         model_name=response.model_name, model_version=response.model_version, id=response.id or ""
     )
@@ -225,10 +227,15 @@ def encode_infer_response(response: InferResponse) -> Any:
         out = outputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
         if tensor.parameters:
             _set_parameters(out.parameters, tensor.parameters)
-        raws.append(_raw(tensor))
+        if raw:
+            raws.append(_raw(tensor))
     if response.parameters:
         _set_parameters(message.parameters, response.parameters)
     return message
+
+
+def _wire(response: InferResponse) -> WireAnswer:
+    return encode_infer_response_wire(response, encode_infer_response(response, raw=False))
 
 
 def _tensor_metadata(entries: Sequence[dict[str, Any]]) -> list[Any]:
@@ -269,6 +276,9 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: 
     def __init__(self, dataplane: DataPlane) -> None:
         self.dataplane = dataplane
         self.draining = False
+        self._encode: Callable[[InferResponse], Any] = encode_infer_response
+        """How ModelInfer's answer is encoded: the message (grpcio serializes it), or ``WireAnswer`` pieces
+        (the h2 engine writes the outputs from their arrays)."""
         self._stream_readers: set[asyncio.Task[None]] = set()
 
     def drain(self) -> None:
@@ -353,18 +363,20 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: 
         return service_pb2.RepositoryModelUnloadResponse()
 
     # -- inference --------------------------------------------------------------------------------------------
-    async def _infer(self, message: Any, headers: Sequence[tuple[bytes, bytes]]) -> Any:
+    async def _infer(
+        self, message: Any, headers: Sequence[tuple[bytes, bytes]], encode: Callable[[InferResponse], Any]
+    ) -> Any:
         """One request through the data plane, with its trace when tracing is on; errors propagate."""
         model = message.model_name
         version = message.model_version or None
         tracing = self.dataplane.tracing
         trace = None if tracing is None else tracing.start(model, version, headers)
         if trace is None:
-            return encode_infer_response(await self.dataplane.infer(model, version, decode_infer_request(message)))
+            return encode(await self.dataplane.infer(model, version, decode_infer_request(message)))
         try:
             request = decode_infer_request(message)
             trace.request(request.id)
-            answer = encode_infer_response(await self.dataplane.infer(model, version, request, trace))
+            answer = encode(await self.dataplane.infer(model, version, request, trace))
         except Exception as exc:
             _end_trace(trace, exc, _code(exc))
             raise
@@ -377,7 +389,7 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: 
     async def ModelInfer(self, request: Any, context: Context) -> Any:
         headers = _trace_headers(context) if self.dataplane.tracing is not None else ()
         try:
-            return await self._infer(request, headers)
+            return await self._infer(request, headers, self._encode)
         except Exception as exc:
             await _abort(context, exc)
 
@@ -431,7 +443,7 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: 
         """The one answer to a stream's request, marked ``triton_final_response`` as Triton marks it."""
         error = ""
         try:
-            answer = await self._infer(message, headers)
+            answer = await self._infer(message, headers, encode_infer_response)
         except Exception as exc:
             _, error = grpc_status(exc)
             answer = service_pb2.ModelInferResponse(
@@ -475,6 +487,7 @@ class GrpcServer:
         """Listen on ``host:port`` (port 0: any free one, see ``address``); OSError when that fails."""
         target = f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
         if self.engine == "h2":
+            self.service._encode = _wire
             h2 = H2GrpcServer(GrpcCalls(self.service, self.max_message_size, self.restricted))
             try:
                 bound = await h2.start(host, port)

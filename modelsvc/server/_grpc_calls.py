@@ -31,6 +31,7 @@ import grpc
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from ._grpc_h2 import CLOSE_AFTER_S, H2Connection, H2Stream, MessageError, StreamReset, literal
+from ._grpc_wire import WireAnswer
 from ._restricted import GRPC_CATEGORIES, ApiCategory, RestrictedApis
 
 logger = logging.getLogger("modelsvc.grpc")
@@ -116,7 +117,7 @@ class CallContext:
 
     async def write(self, message: Any) -> None:
         payload = message.SerializeToString()
-        self._calls.check_size(payload)
+        self._calls.check_size(len(payload))
         self._stream.send(payload, None)
         if self._stream.blocked:
             await self._stream.drain()
@@ -154,11 +155,11 @@ class GrpcCalls:
         ].methods}  # fmt: skip
         self.tasks: set[asyncio.Task[None]] = set()
 
-    def check_size(self, payload: bytes) -> None:
-        if len(payload) > self.max_message_size:
+    def check_size(self, size: int) -> None:
+        if size > self.max_message_size:
             raise Aborted(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"Sent message larger than max ({len(payload)} vs. {self.max_message_size})",
+                f"Sent message larger than max ({size} vs. {self.max_message_size})",
             )
 
     def open(self, stream: H2Stream) -> None:
@@ -199,7 +200,7 @@ class GrpcCalls:
                 deadline.cancel()
         stream.send(payload, trailers(code, details))
 
-    async def _call(self, stream: H2Stream, path: bytes) -> tuple[grpc.StatusCode, str, bytes | None]:
+    async def _call(self, stream: H2Stream, path: bytes) -> tuple[grpc.StatusCode, str, bytes | WireAnswer | None]:
         method = self.methods.get(path)
         if method is None:
             if path in self._known:
@@ -222,8 +223,12 @@ class GrpcCalls:
                 request = method.request.FromString(message)
             except Exception:
                 return grpc.StatusCode.INTERNAL, "Exception deserializing request!", None
-            payload: bytes = (await method.handler(request, context)).SerializeToString()
-            self.check_size(payload)
+            answer = await method.handler(request, context)
+            if isinstance(answer, WireAnswer):
+                self.check_size(answer.size)
+                return grpc.StatusCode.OK, "", answer
+            payload: bytes = answer.SerializeToString()
+            self.check_size(len(payload))
             return grpc.StatusCode.OK, "", payload
         except Aborted as exc:
             return exc.code, exc.details, None

@@ -95,6 +95,16 @@ class MessageError(Exception):
         self.text = text
 
 
+class Pieces(Protocol):
+    """A message as pieces: ``parts`` (bytes-like), ``size`` bytes in all."""
+
+    @property
+    def parts(self) -> list[bytes | memoryview]: ...
+
+    @property
+    def size(self) -> int: ...
+
+
 class CallHandler(Protocol):
     def open(self, stream: H2Stream) -> None:
         """A stream's headers arrived (``stream.headers``); read its messages and answer it."""
@@ -222,20 +232,23 @@ class H2Stream:
             self.headers_sent = True
             out.append(frame(HEADERS, END_HEADERS, self.sid, RESPONSE_HEADERS))
 
-    def send(self, payload: bytes | None, trailers: bytes | None) -> None:
-        """Queue one message (``payload``; None: none) and/or the trailers that end the call, and send what the
-        windows allow now; the rest goes as the client opens them."""
+    def send(self, payload: bytes | Pieces | None, trailers: bytes | None) -> None:
+        """Queue one message (``payload``: its bytes, or pieces with ``parts`` and ``size``; None: none) and/or
+        the trailers that end the call, and send what the windows allow now; the rest goes as the client opens
+        them."""
         if self.closed or self.reset:
             return
         out: list[bytes | memoryview] = []
         self._head(out)
         if payload is not None:
-            prefix = b"\x00" + _U32.pack(len(payload))
-            if len(payload) < 65536:
-                self._outbox.append(memoryview(prefix + payload))
-            else:  # a large message is not copied: its prefix goes in a frame of its own
+            parts = [payload] if isinstance(payload, bytes) else payload.parts
+            size = len(payload) if isinstance(payload, bytes) else payload.size
+            prefix = b"\x00" + _U32.pack(size)
+            if size < 65536:
+                self._outbox.append(memoryview(b"".join([prefix, *parts])))
+            else:  # a large message is not copied: each piece goes in frames of its own
                 self._outbox.append(memoryview(prefix))
-                self._outbox.append(memoryview(payload))
+                self._outbox.extend(memoryview(p) for p in parts if len(p))
         if trailers is not None:
             self._trailers = trailers
         self.conn.flush(self, out)
