@@ -220,3 +220,27 @@ async def test_both_engines_answer_alike(tmp_path: Path, engine: str) -> None:
         await models.close()
     with pytest.raises(ValueError, match="unknown gRPC engine"):
         GrpcServer(dataplane, engine="other")
+
+
+def test_split_raw_inputs_takes_views_and_keeps_every_other_field() -> None:
+    from modelsvc.server._grpc_wire import split_raw_inputs
+
+    request = raw_request("m", np.ones((1, 3), np.float32), "x")
+    request.inputs.add(name="B", datatype="FP32", shape=[1, 2])
+    request.raw_input_contents.append(b"\x00" * 8)
+    request.parameters["priority"].int64_param = 5
+    encoded = request.SerializeToString()
+    rest, raws = split_raw_inputs(encoded)
+    assert [bytes(r) for r in raws] == list(request.raw_input_contents)
+    assert all(isinstance(r, memoryview) and r.obj is encoded for r in raws)  # views, not copies
+    parsed = service_pb2.ModelInferRequest.FromString(rest)
+    assert (parsed.model_name, parsed.id, len(parsed.inputs), parsed.parameters["priority"].int64_param) == (
+        "m",
+        "x",
+        2,
+        5,
+    )
+    assert not parsed.raw_input_contents
+    for broken in (encoded[:-3], b"\x3a\xff\xff\xff\xff\x0f", b"\x0f"):
+        with pytest.raises(ValueError, match=r"past the end|wire type|ends inside"):
+            split_raw_inputs(broken)

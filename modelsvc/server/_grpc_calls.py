@@ -31,7 +31,7 @@ import grpc
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from ._grpc_h2 import CLOSE_AFTER_S, H2Connection, H2Stream, MessageError, StreamReset, literal
-from ._grpc_wire import WireAnswer
+from ._grpc_wire import SPLIT_FROM, RawInputsRequest, WireAnswer, split_raw_inputs
 from ._restricted import GRPC_CATEGORIES, ApiCategory, RestrictedApis
 
 logger = logging.getLogger("modelsvc.grpc")
@@ -162,6 +162,14 @@ class GrpcCalls:
                 f"Sent message larger than max ({size} vs. {self.max_message_size})",
             )
 
+    @staticmethod
+    def _parse(method: Method, message: bytes) -> Any:
+        if method.name == "ModelInfer" and len(message) >= SPLIT_FROM:  # large tensors: not copied
+            rest, raws = split_raw_inputs(message)
+            if raws:
+                return RawInputsRequest(method.request.FromString(rest), raws)
+        return method.request.FromString(message)
+
     def open(self, stream: H2Stream) -> None:
         task = stream.conn.loop.create_task(self._run(stream))
         stream.task = task
@@ -220,7 +228,7 @@ class GrpcCalls:
             if message is None:
                 return grpc.StatusCode.INTERNAL, "Missing request message", None
             try:
-                request = method.request.FromString(message)
+                request = self._parse(method, message)
             except Exception:
                 return grpc.StatusCode.INTERNAL, "Exception deserializing request!", None
             answer = await method.handler(request, context)
