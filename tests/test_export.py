@@ -28,6 +28,7 @@ from modelsvc.tools.export import (
 )
 from modelsvc.tools.export._optimize import _split_unsqueezes
 from modelsvc.tools.inspect_model import TensorInfo, inspect_model
+from tests._export_share import shared_onnx_export
 from tests._server import ROOT, ModelsvcProcess
 
 torch = pytest.importorskip("torch", reason="export needs modelsvc[export]")
@@ -75,9 +76,10 @@ def tiny_classifier(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def mean_repo(tmp_path_factory: pytest.TempPathFactory, tiny: Path) -> tuple[Path, ExportReport]:
     """The tiny BERT exported for feature extraction with mean pooling, into a fresh repository."""
     repo = tmp_path_factory.mktemp("repo")
-    report = export_model(
-        ExportOptions(model=str(tiny), model_repository=repo, model_name="tiny", pooling="mean", log=_quiet)
-    )
+    with shared_onnx_export():  # a real export here; tests/test_export_formats.py reuses its torch.onnx program
+        report = export_model(
+            ExportOptions(model=str(tiny), model_repository=repo, model_name="tiny", pooling="mean", log=_quiet)
+        )
     return repo, report
 
 
@@ -194,13 +196,15 @@ def test_existing_config_is_kept_unless_overwrite(tmp_path: Path, tiny: Path) ->
     config_path.write_text(tuned)
     lines: list[str] = []
     options = ExportOptions(model=str(tiny), model_repository=tmp_path, model_name="tiny", log=lines.append)
-    kept = export_model(options)
-    assert not kept.config_written
-    assert config_path.read_text() == tuned
-    assert kept.model_path.is_file()
-    assert any("kept the existing" in line for line in lines)
+    with shared_onnx_export() as used:  # the point is config.pbtxt: both exports use one torch.onnx export
+        kept = export_model(options)
+        assert not kept.config_written
+        assert config_path.read_text() == tuned
+        assert kept.model_path.is_file()
+        assert any("kept the existing" in line for line in lines)
 
-    replaced = export_model(dataclasses.replace(options, overwrite_config=True, max_batch_size=2))
+        replaced = export_model(dataclasses.replace(options, overwrite_config=True, max_batch_size=2))
+    assert len(used) == 1
     assert replaced.config_written
     assert _config(config_path).max_batch_size == 2
     assert len(_config(config_path).input) == 3
@@ -212,18 +216,20 @@ def test_a_check_over_the_tolerance_fails_and_writes_nothing(
     # ONNX Runtime and PyTorch sum in different orders, so they differ in the last float bits (about 1e-6
     # here): a tolerance of 1e-12 is an honest failure
     args = ["export", str(tiny), "--model-repository", str(tmp_path), "--model-name", "strict"]
-    assert _cli.main([*args, "--tolerance", "1e-12"]) == 1
-    err = capsys.readouterr()
-    assert "ONNX Runtime and PyTorch differ on output 'last_hidden_state': max abs diff" in err.err
-    assert "model.onnx not written" in err.err
-    assert "Traceback" not in err.err
-    assert "OVER" in err.out
-    assert not (tmp_path / "strict").exists()  # not even the model's folder is left behind
+    with shared_onnx_export() as used:  # the point is the check: the CLI and the API use one torch.onnx export
+        assert _cli.main([*args, "--tolerance", "1e-12"]) == 1
+        err = capsys.readouterr()
+        assert "ONNX Runtime and PyTorch differ on output 'last_hidden_state': max abs diff" in err.err
+        assert "model.onnx not written" in err.err
+        assert "Traceback" not in err.err
+        assert "OVER" in err.out
+        assert not (tmp_path / "strict").exists()  # not even the model's folder is left behind
 
-    with pytest.raises(ExportCheckError) as caught:
-        export_model(
-            ExportOptions(model=str(tiny), model_repository=tmp_path, model_name="s", tolerance=1e-12, log=_quiet)
-        )
+        with pytest.raises(ExportCheckError) as caught:
+            export_model(
+                ExportOptions(model=str(tiny), model_repository=tmp_path, model_name="s", tolerance=1e-12, log=_quiet)
+            )
+    assert len(used) == 1
     assert 0 < caught.value.max_abs_diff["last_hidden_state"] < 1e-4
 
 

@@ -17,6 +17,7 @@ from modelsvc import _cli
 from modelsvc.tools import export as export_module
 from modelsvc.tools.export import ExportOptions, ExportReport, export_model
 from modelsvc.tools.inspect_model import InspectError, inspect_model
+from tests._export_share import shared_onnx_export
 from tests._server import ModelsvcProcess
 from tests.test_export import HIDDEN, _config, _pytorch_reference, _quiet, _tiny_bert
 
@@ -42,14 +43,21 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory: pytest.TempPathFactory, tiny: Path) -> tuple[Path, dict[str, ExportReport]]:
+    """The four variants exported for real. The three that start from ONNX (OpenVINO bf16 and int8, ONNX int8)
+    share one torch.onnx export of the same tiny BERT with the same options: the ONNX export itself is
+    tests/test_export.py's subject (whose mean_repo exports this same model, so in a full run none is made here),
+    here the point is what follows it (quantize, convert, check, serve); each export costs seconds of torch.export
+    (tests/_export_share.py)."""
     repo = tmp_path_factory.mktemp("repo")
     reports = {}
-    for name, (fmt, precision) in VARIANTS.items():
-        options = ExportOptions(
-            model=str(tiny), model_repository=repo, model_name=name, pooling="mean", format=fmt,
-            precision=precision, log=_quiet,
-        )
-        reports[name] = export_model(options)
+    with shared_onnx_export() as used:
+        for name, (fmt, precision) in VARIANTS.items():
+            options = ExportOptions(
+                model=str(tiny), model_repository=repo, model_name=name, pooling="mean", format=fmt,
+                precision=precision, log=_quiet,
+            )
+            reports[name] = export_model(options)
+    assert len(used) == 1, used  # one export, shared by the three ONNX-based variants
     return repo, reports
 
 
