@@ -3,12 +3,14 @@
     python -m loadtests.bench_grpc                      # 3 rounds, c=1/8/32, python and ONNX identity models
     python -m loadtests.bench_grpc --before /tmp/base   # also a server run from another checkout, same rounds
     python -m loadtests.bench_grpc --before /tmp/base --after /tmp/new   # two other checkouts
+    python -m loadtests.bench_grpc --models large_onnx --concurrency 1 2   # FP32 [1, 1M]: 4 MiB each way
 
 One ``modelsvc serve`` (two with ``--before``: the other one runs ``python -m modelsvc`` from that folder) serves
 two identity models on FP32 [1,16] (``max_batch_size: 8``, ``dynamic_batching {}``, one CPU instance): one in the
-python backend, one in ONNX Runtime. Each round measures every (model, concurrency) point over both protocols on
-every server, back to back, the order of the protocols alternating from round to round. The table gives the
-median inferences/s of each protocol and the median of the rounds' gRPC / HTTP ratios (the issue's target: 0.8).
+python backend, one in ONNX Runtime; and ``large_onnx`` (on request) for FP32 [1, 1M] tensors. Each round
+measures every (model, concurrency) point over both protocols on every server, back to back, the order of the
+protocols alternating from round to round. The table gives the median inferences/s of each protocol and the
+median of the rounds' gRPC / HTTP ratios (the issue's target: 0.8).
 """
 
 from __future__ import annotations
@@ -38,7 +40,11 @@ dynamic_batching {{ }}
 instance_group [ {{ count: 1 kind: KIND_CPU }} ]
 """
 
-MODELS = ("identity_py", "identity_onnx")
+MODELS = ("identity_py", "identity_onnx", "large_onnx")
+DEFAULT_MODELS = ("identity_py", "identity_onnx")
+LARGE_ELEMENTS = 1 << 20
+"""large_onnx: FP32 [1, 1M] per request (4 MiB in, 4 MiB out), the issue's large-tensor row."""
+SHAPES = {"large_onnx": [f"INPUT0:{LARGE_ELEMENTS}"]}
 CONCURRENCY = (1, 8, 32)
 PROTOCOLS = ("grpc", "http")
 TARGET = 0.8
@@ -51,6 +57,8 @@ def write_repo(repo: Path) -> None:
     write_model(
         repo, "identity_onnx", identity(), CONFIG.format(name="identity_onnx", engine='platform: "onnxruntime_onnx"')
     )
+    large = CONFIG.format(name="large_onnx", engine='platform: "onnxruntime_onnx"').replace("[ 16 ]", "[ -1 ]")
+    write_model(repo, "large_onnx", identity(dims=["batch", -1]), large)
 
 
 class Served(_servers.ServerProcess):
@@ -119,6 +127,8 @@ def measure(server: Served, model: str, concurrency: int, protocol: str, workdir
         "--max-trials", "5", "--stability-percentage", "1000",
         "-f", str(csv_path),
     ]  # fmt: skip
+    for shape in SHAPES.get(model, ()):
+        cmd += ["--shape", shape]
     output = ""
     for _ in range(3):  # a window in which nothing finished (the machine stalled) fails even this threshold
         csv_path.unlink(missing_ok=True)
@@ -188,7 +198,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--concurrency", type=int, nargs="+", default=list(CONCURRENCY))
-    parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
+    parser.add_argument(
+        "--models", nargs="+", choices=MODELS, default=list(DEFAULT_MODELS), help="large_onnx: 4 MiB requests"
+    )
     parser.add_argument("--window-ms", type=int, default=1500, help="perf_analyzer's measurement window")
     parser.add_argument("--before", type=Path, help="a checkout whose modelsvc is measured beside this one")
     parser.add_argument("--after", type=Path, help="a checkout to measure instead of this one")
