@@ -175,8 +175,8 @@ def start_pairs(stack: ExitStack, checkouts: list[Checkout], services: list[str]
 
 
 class _Stopping:
-    """Stops a server on the way out, started or not; removes its log unless something failed (the log of a server
-    that did not start is named in the error)."""
+    """Stops a server on the way out, started or not; removes its log unless an error ends the run (the log of a
+    server that did not start is named in the error)."""
 
     def __init__(self, server: _servers.ServerProcess):
         self.server = server
@@ -185,7 +185,7 @@ class _Stopping:
         return self.server
 
     def __exit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
-        if exc_type is None:
+        if exc_type is None or not issubclass(exc_type, Exception):  # a success, Ctrl-C or SIGTERM
             self.server.__exit__(None, None, None)
         else:
             self.server.stop()
