@@ -43,8 +43,9 @@ SETTINGS_HEADER_TABLE_SIZE, SETTINGS_INITIAL_WINDOW_SIZE, SETTINGS_MAX_FRAME_SIZ
 MAX_WINDOW = 2**31 - 1
 TOP_UP = 2**30
 """Received bytes after which a receive window is opened again (by that many bytes)."""
-RECV_MAX_FRAME = 1 << 20
-"""The largest frame taken (SETTINGS_MAX_FRAME_SIZE): big tensors arrive in fewer frames than the default 16 KiB."""
+RECV_MAX_FRAME = (1 << 24) - 1
+"""The largest frame taken (SETTINGS_MAX_FRAME_SIZE, HTTP/2's maximum): a large message arrives in few frames,
+often one, which the stream then takes without assembling it in a buffer of its own."""
 _CACHED_BLOCKS = 64
 CLOSE_AFTER_S = 2.0
 """How long a connection told to go away (GOAWAY) and without calls is left for its client to close."""
@@ -173,7 +174,8 @@ class H2Stream:
                 return
             if len(buffer) < 5 + length:
                 return
-            message = bytes(buffer[5 : 5 + length])
+            with memoryview(buffer) as view:
+                message = view[5 : 5 + length].tobytes()  # one copy (bytes(buffer[...]) made two)
             compressed = buffer[0]
             del buffer[: 5 + length]
             if compressed:
