@@ -19,292 +19,61 @@ What the peer may do and what it gets:
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
-import struct
-import zlib
 from collections.abc import Callable
-from typing import Protocol, cast
+from typing import cast
 
 import hpack
 
+from ._grpc_h2_frames import (
+    _CACHED_BLOCKS,
+    _HEAD,
+    _SETTING,
+    _U32,
+    ACK,
+    CANCEL,
+    CLOSE_AFTER_S,
+    COMPRESSION_ERROR,
+    CONTINUATION,
+    DATA,
+    END_HEADERS,
+    END_STREAM,
+    FLOW_CONTROL_ERROR,
+    FRAME_SIZE_ERROR,
+    GOAWAY,
+    HEADERS,
+    MAX_WINDOW,
+    NO_ERROR,
+    PADDED,
+    PING,
+    PREFACE,
+    PRIORITY_FLAG,
+    PROTOCOL_ERROR,
+    PUSH_PROMISE,
+    RECV_MAX_FRAME,
+    REFUSED_STREAM,
+    RST_STREAM,
+    SETTINGS,
+    SETTINGS_INITIAL_WINDOW_SIZE,
+    SETTINGS_MAX_FRAME_SIZE,
+    TOP_UP,
+    WINDOW_UPDATE,
+    CallHandler,
+    MessageError,
+    Pieces,
+    StreamReset,
+    _ConnectionError,
+    frame,
+    literal,
+)
+from ._grpc_h2_stream import H2Stream
+
 logger = logging.getLogger("modelsvc.grpc")
 
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
-END_STREAM = ACK = 0x1
-END_HEADERS = 0x4
-PADDED = 0x8
-PRIORITY_FLAG = 0x20
-NO_ERROR, PROTOCOL_ERROR, INTERNAL_ERROR, FLOW_CONTROL_ERROR = 0, 1, 2, 3
-STREAM_CLOSED, FRAME_SIZE_ERROR, REFUSED_STREAM, CANCEL, COMPRESSION_ERROR = 5, 6, 7, 8, 9
-SETTINGS_HEADER_TABLE_SIZE, SETTINGS_INITIAL_WINDOW_SIZE, SETTINGS_MAX_FRAME_SIZE = 1, 4, 5
-
-MAX_WINDOW = 2**31 - 1
-TOP_UP = 2**30
-"""Received bytes after which a receive window is opened again (by that many bytes)."""
-RECV_MAX_FRAME = (1 << 24) - 1
-"""The largest frame taken (SETTINGS_MAX_FRAME_SIZE, HTTP/2's maximum): a large message arrives in few frames,
-often one, which the stream then takes without assembling it in a buffer of its own."""
-_CACHED_BLOCKS = 64
-CLOSE_AFTER_S = 2.0
-"""How long a connection told to go away (GOAWAY) and without calls is left for its client to close."""
-
-_HEAD = struct.Struct(">IBI")  # length (24 bits) and type, flags, stream id
-_U32 = struct.Struct(">I")
-_SETTING = struct.Struct(">HI")
-
-
-def frame(ftype: int, flags: int, sid: int, payload: bytes = b"") -> bytes:
-    return _HEAD.pack(len(payload) << 8 | ftype, flags, sid) + payload
-
-
-def _int(value: int, prefix_bits: int, first: int) -> bytes:
-    """An HPACK integer with ``prefix_bits`` in its first byte, whose other bits are ``first``."""
-    limit = (1 << prefix_bits) - 1
-    if value < limit:
-        return bytes([first | value])
-    out = bytearray([first | limit])
-    value -= limit
-    while value >= 128:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def literal(name: bytes | int, value: bytes) -> bytes:
-    """A literal header field without indexing: a static table name (its index) or a new name."""
-    if isinstance(name, int):
-        return _int(name, 4, 0x00) + _int(len(value), 7, 0) + value
-    return b"\x00" + _int(len(name), 7, 0) + name + _int(len(value), 7, 0) + value
-
-
-RESPONSE_HEADERS = b"\x88" + literal(31, b"application/grpc")  # :status 200 (static 8), content-type (static 31)
-
-
-class StreamReset(Exception):
-    """The peer reset the stream or the connection went away: nothing more can be read or sent on it."""
-
-
-class MessageError(Exception):
-    """A request message that cannot be taken (too large, compressed): its gRPC status name and text."""
-
-    def __init__(self, status: str, text: str) -> None:
-        super().__init__(text)
-        self.status = status
-        self.text = text
-
-
-class Pieces(Protocol):
-    """A message as pieces: ``parts`` (bytes-like), ``size`` bytes in all."""
-
-    @property
-    def parts(self) -> list[bytes | memoryview]: ...
-
-    @property
-    def size(self) -> int: ...
-
-
-class CallHandler(Protocol):
-    def open(self, stream: H2Stream) -> None:
-        """A stream's headers arrived (``stream.headers``); read its messages and answer it."""
-
-
-class H2Stream:
-    """One call: its request headers, the gRPC messages that arrive, and the way back."""
-
-    __slots__ = (
-        "_buffer",
-        "_drained",
-        "_outbox",
-        "_recv_count",
-        "_trailers",
-        "_waiter",
-        "closed",
-        "conn",
-        "ended",
-        "error",
-        "headers",
-        "headers_sent",
-        "max_message",
-        "messages",
-        "reset",
-        "send_window",
-        "sid",
-        "task",
-    )  # fmt: skip
-
-    def __init__(self, conn: H2Connection, sid: int, headers: list[tuple[bytes, bytes]]) -> None:
-        self.conn = conn
-        self.sid = sid
-        self.headers = headers
-        self.messages: collections.deque[bytes] = collections.deque()
-        self.ended = False  # the peer closed its side (END_STREAM)
-        self.reset = False
-        self.error: tuple[str, str] | None = None  # a message that could not be taken: (status name, text)
-        self.task: asyncio.Task[None] | None = None
-        self._buffer = bytearray()
-        self._waiter: asyncio.Future[None] | None = None
-        self.send_window = conn.peer_initial_window
-        self._outbox: collections.deque[memoryview] = collections.deque()
-        self._trailers: bytes | None = None
-        self.headers_sent = False
-        self.closed = False  # this side sent END_STREAM (or reset)
-        self._drained: asyncio.Future[None] | None = None
-        self._recv_count = 0
-        self.max_message = conn.max_message
-
-    # -- receiving ------------------------------------------------------------------------------------------
-    def _feed(self, data: memoryview) -> None:
-        buffer = self._buffer
-        if not buffer and len(data) >= 5:  # the usual case: whole messages in one frame, no copy to the buffer
-            length = _U32.unpack_from(data, 1)[0]
-            if len(data) == 5 + length and not data[0]:
-                if length > self.max_message:
-                    self._refuse(length)
-                else:
-                    self.messages.append(data[5:].tobytes())
-                return
-        buffer += data
-        while len(buffer) >= 5 and self.error is None:
-            length = _U32.unpack_from(buffer, 1)[0]
-            if length > self.max_message:
-                self._refuse(length)
-                return
-            if len(buffer) < 5 + length:
-                return
-            with memoryview(buffer) as view:
-                message = view[5 : 5 + length].tobytes()  # one copy (bytes(buffer[...]) made two)
-            compressed = buffer[0]
-            del buffer[: 5 + length]
-            if compressed:
-                self._inflate(message)
-            else:
-                self.messages.append(message)
-
-    def _inflate(self, message: bytes) -> None:
-        """A compressed message (flag 1) in the stream's ``grpc-encoding``: gzip and deflate, as grpc offers."""
-        encoding = next((v for k, v in self.headers if k == b"grpc-encoding"), b"identity")
-        wbits = {b"gzip": 16 + zlib.MAX_WBITS, b"deflate": zlib.MAX_WBITS}.get(encoding)
-        if wbits is None:
-            name = encoding.decode("latin-1")
-            self.error = ("UNIMPLEMENTED", f"a compressed message in grpc-encoding '{name}': gzip or deflate only")
-            return
-        inflater = zlib.decompressobj(wbits)
-        try:
-            plain = inflater.decompress(message, self.max_message + 1)
-        except zlib.error as exc:
-            self.error = ("INTERNAL", f"a compressed message that does not inflate: {exc}")
-            return
-        if len(plain) > self.max_message:
-            self._refuse(len(plain) + len(inflater.unconsumed_tail))
-            return
-        self.messages.append(plain)
-
-    def _refuse(self, length: int) -> None:
-        self.error = ("RESOURCE_EXHAUSTED", f"Received message larger than max ({length} vs. {self.max_message})")
-        self._buffer = bytearray()
-
-    def _wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    async def read(self) -> bytes | None:
-        """The next request message; None once the client closed its side. Raises StreamReset, or MessageError
-        for a message that could not be taken."""
-        while not self.messages:
-            if self.error is not None:
-                raise MessageError(*self.error)
-            if self.reset:
-                raise StreamReset
-            if self.ended:
-                return None
-            self._waiter = self.conn.loop.create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
-        return self.messages.popleft()
-
-    # -- sending --------------------------------------------------------------------------------------------
-    def _head(self, out: list[bytes | memoryview]) -> None:
-        if not self.headers_sent:
-            self.headers_sent = True
-            out.append(frame(HEADERS, END_HEADERS, self.sid, RESPONSE_HEADERS))
-
-    def send(self, payload: bytes | Pieces | None, trailers: bytes | None) -> None:
-        """Queue one message (``payload``: its bytes, or pieces with ``parts`` and ``size``; None: none) and/or
-        the trailers that end the call, and send what the windows allow now; the rest goes as the client opens
-        them."""
-        if self.closed or self.reset:
-            return
-        out: list[bytes | memoryview] = []
-        self._head(out)
-        if payload is not None:
-            parts = [payload] if isinstance(payload, bytes) else payload.parts
-            size = len(payload) if isinstance(payload, bytes) else payload.size
-            prefix = b"\x00" + _U32.pack(size)
-            if size < 65536:
-                self._outbox.append(memoryview(b"".join([prefix, *parts])))
-            else:  # a large message is not copied: each piece goes in frames of its own
-                self._outbox.append(memoryview(prefix))
-                self._outbox.extend(memoryview(p) for p in parts if len(p))
-        if trailers is not None:
-            self._trailers = trailers
-        self.conn.flush(self, out)
-
-    async def drain(self) -> None:
-        """Until what was queued has gone out (flow control), or the stream is gone."""
-        while self._outbox and not self.reset:
-            self._drained = self.conn.loop.create_future()
-            try:
-                await self._drained
-            finally:
-                self._drained = None
-        if self.reset:
-            raise StreamReset
-
-    def _take(self, out: list[bytes | memoryview]) -> None:
-        """Move what the windows allow from the outbox into ``out``; then the trailers, once all data went."""
-        conn = self.conn
-        size = conn.peer_max_frame
-        outbox = self._outbox
-        while outbox:
-            allowed = min(self.send_window, conn.send_window)
-            if allowed <= 0:
-                return
-            chunk = outbox[0]
-            n = min(len(chunk), allowed, size)
-            out.append(_HEAD.pack(n << 8 | DATA, 0, self.sid))
-            out.append(chunk[:n])
-            self.send_window -= n
-            conn.send_window -= n
-            if n == len(chunk):
-                outbox.popleft()
-            else:
-                outbox[0] = chunk[n:]
-        if self._drained is not None and not self._drained.done():
-            self._drained.set_result(None)
-        if self._trailers is not None:
-            out.append(frame(HEADERS, END_HEADERS | END_STREAM, self.sid, self._trailers))
-            self._trailers = None
-            self.closed = True
-            conn.stream_closed(self)
-
-    @property
-    def blocked(self) -> bool:
-        return bool(self._outbox)
-
-    def _on_reset(self) -> None:
-        self.reset = True
-        self._outbox.clear()
-        self._wake()
-        if self._drained is not None and not self._drained.done():
-            self._drained.set_result(None)
-        if self.task is not None and not self.task.done():
-            self.task.cancel()
+__all__ = [  # what the call layer and the tests take from here
+    "CLOSE_AFTER_S", "GOAWAY", "PING", "PREFACE", "SETTINGS", "H2Connection", "H2Stream", "MessageError", "Pieces",
+    "StreamReset", "frame", "literal",
+]  # fmt: skip
 
 
 class H2Connection(asyncio.Protocol):
@@ -628,16 +397,3 @@ class H2Connection(asyncio.Protocol):
         self._write([frame(GOAWAY, 0, 0, _U32.pack(self.last_sid) + _U32.pack(code) + debug)])
         self._send_out()
         self.transport.close()
-
-
-class _ConnectionError(Exception):
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-def header_value(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes | None:
-    for key, value in headers:
-        if key == name:
-            return value
-    return None
