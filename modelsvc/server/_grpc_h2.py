@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import cast
+from typing import Protocol, cast
 
 import hpack
 
@@ -58,7 +58,6 @@ from ._grpc_h2_frames import (
     SETTINGS_MAX_FRAME_SIZE,
     TOP_UP,
     WINDOW_UPDATE,
-    CallHandler,
     MessageError,
     Pieces,
     StreamReset,
@@ -74,6 +73,11 @@ __all__ = [  # what the call layer and the tests take from here
     "CLOSE_AFTER_S", "GOAWAY", "PING", "PREFACE", "SETTINGS", "H2Connection", "H2Stream", "MessageError", "Pieces",
     "StreamReset", "frame", "literal",
 ]  # fmt: skip
+
+
+class CallHandler(Protocol):
+    def open(self, stream: H2Stream) -> None:
+        """A stream's headers arrived (``stream.headers``); read its messages and answer it."""
 
 
 class H2Connection(asyncio.Protocol):

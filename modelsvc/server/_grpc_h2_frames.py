@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING, Protocol
-
-if TYPE_CHECKING:
-    from ._grpc_h2_stream import H2Stream
+from typing import Protocol
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
@@ -82,11 +79,6 @@ class Pieces(Protocol):
 
     @property
     def size(self) -> int: ...
-
-
-class CallHandler(Protocol):
-    def open(self, stream: H2Stream) -> None:
-        """A stream's headers arrived (``stream.headers``); read its messages and answer it."""
 
 
 class _ConnectionError(Exception):

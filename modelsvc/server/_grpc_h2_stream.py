@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import zlib
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ._grpc_h2_frames import (
     _HEAD,
@@ -22,8 +22,22 @@ from ._grpc_h2_frames import (
     frame,
 )
 
-if TYPE_CHECKING:
-    from ._grpc_h2 import H2Connection
+
+class Connection(Protocol):
+    """What a stream uses of its connection (``_grpc_h2.H2Connection``)."""
+
+    loop: asyncio.AbstractEventLoop
+    transport: asyncio.Transport | None
+    max_message: int
+    peer_initial_window: int
+    peer_max_frame: int
+    send_window: int
+
+    def flush(self, stream: H2Stream, out: list[bytes | memoryview]) -> None: ...
+
+    def stream_closed(self, stream: H2Stream) -> None: ...
+
+    def reset_stream(self, stream: H2Stream, code: int = ...) -> None: ...
 
 
 class H2Stream:
@@ -50,7 +64,7 @@ class H2Stream:
         "task",
     )  # fmt: skip
 
-    def __init__(self, conn: H2Connection, sid: int, headers: list[tuple[bytes, bytes]]) -> None:
+    def __init__(self, conn: Connection, sid: int, headers: list[tuple[bytes, bytes]]) -> None:
         self.conn = conn
         self.sid = sid
         self.headers = headers
