@@ -41,7 +41,7 @@ def summarize(raw: str) -> str:
         if not stack or not count_text.isdigit():
             continue
         count = int(count_text)
-        frames = [_function(f) for f in stack.split(";")[1:]]  # the first is the thread
+        frames = [_function(f) for f in stack.split(";")]
         if not frames:
             continue
         total += count

@@ -24,6 +24,7 @@ SERVERS = {
     "ours": "modelsvc HttpServer (httptools, hand-written), uvloop: as `modelsvc serve`",
     "uvicorn": "uvicorn 0.54, http=httptools, uvloop; ASGI infer route -> InferEndpoint",
     "uvicorn-asyncio": "uvicorn 0.54, http=httptools, asyncio loop; ASGI infer route -> InferEndpoint",
+    "uvicorn-bare": "uvicorn as `uvicorn`, without its proxy-headers middleware and Date/Server headers",
     "uvicorn-litestar": "uvicorn 0.54, httptools, uvloop; every route (infer too) through Litestar",
     "granian": "Granian 2.8.7 embedded, RSGI, HTTP/1, 1 runtime thread, asyncio tasks, uvloop",
     "granian-rt2": "Granian as above, 2 runtime threads",
@@ -50,7 +51,7 @@ async def _ours(loaded: Loaded, port: int) -> None:
     await server.shutdown(5)
 
 
-def _uvicorn(litestar_only: bool) -> Callable[[Loaded, int], Coroutine[Any, Any, None]]:
+def _uvicorn(litestar_only: bool, bare: bool = False) -> Callable[[Loaded, int], Coroutine[Any, Any, None]]:
     async def run(loaded: Loaded, port: int) -> None:
         import uvicorn
 
@@ -58,6 +59,7 @@ def _uvicorn(litestar_only: bool) -> Callable[[Loaded, int], Coroutine[Any, Any,
         config = uvicorn.Config(
             app, host="127.0.0.1", port=port, http="httptools", loop="none", lifespan="off",
             log_level="warning", access_log=False, backlog=4096,
+            proxy_headers=not bare, server_header=not bare, date_header=not bare,
         )  # fmt: skip
         await uvicorn.Server(config).serve()  # handles SIGTERM itself
 
@@ -138,6 +140,7 @@ RUNNERS: dict[str, Callable[[Loaded, int], Coroutine[Any, Any, None]]] = {
     "ours": _ours,
     "uvicorn": _uvicorn(False),
     "uvicorn-asyncio": _uvicorn(False),
+    "uvicorn-bare": _uvicorn(False, bare=True),
     "uvicorn-litestar": _uvicorn(True),
     "granian": _granian(1, False),
     "granian-rt2": _granian(2, False),

@@ -115,6 +115,7 @@ def table(results: dict[tuple[str, int], dict[str, Cell]], servers: list[str], l
     )
     lines = [head, "|" + "---|" * (2 + 2 * len(servers))]
     ratios: dict[str, list[float]] = {s: [] for s in servers}
+    cpu_ratios: dict[str, list[float]] = {s: [] for s in servers}
     for (model, conc), cells in results.items():
         base = _median(cells[servers[0]].infer_per_s)
         row = [model, str(conc)]
@@ -127,12 +128,21 @@ def table(results: dict[tuple[str, int], dict[str, Cell]], servers: list[str], l
                 if model != LARGE or large:
                     ratios[s].append(value / base)
         row += [f"{_median(cells[s].cpu_us_per_request):.0f}" for s in servers]
+        base_cpu = _median(cells[servers[0]].cpu_us_per_request)
+        for s in servers[1:]:
+            cpu = _median(cells[s].cpu_us_per_request)
+            if cpu == cpu and base_cpu == base_cpu and (model != LARGE or large):
+                cpu_ratios[s].append(cpu / base_cpu)
         lines.append("| " + " | ".join(row) + " |")
     geo = ["geomean", ""]
     for s in servers:
         values = ratios[s]
         geo.append("" if s == servers[0] or not values else f"{statistics.geometric_mean(values):.2f}")
-    lines.append("| " + " | ".join(geo + [""] * len(servers)) + " |")
+    geo.append("")
+    for s in servers[1:]:
+        values = cpu_ratios[s]
+        geo.append(f"{statistics.geometric_mean(values):.2f}x ours" if values else "")
+    lines.append("| " + " | ".join(geo) + " |")
     return "\n".join(lines)
 
 
