@@ -83,6 +83,15 @@ def new(*args: str, cwd: Path, stdin: int | None = subprocess.DEVNULL) -> subpro
     )
 
 
+def new_here(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    """``logicd new`` through the command line's own entry point, in this process: its exit status and stderr."""
+    try:
+        code = main(["new", *args])
+    except SystemExit as exc:  # argparse's refusals
+        code = exc.code if isinstance(exc.code, int) else 1
+    return code, capsys.readouterr().err
+
+
 def config_of(folder: Path) -> ServiceConfig:
     """The service's config as load_config reads it; the tokenizer, a build output, need not be there yet."""
     has_tokenizer = "tokenizer" in yaml.safe_load((folder / "service.yaml").read_text())
@@ -342,11 +351,12 @@ def test_logicd_up_serves_a_new_service_and_sends_its_example(tmp_path):
     ["Support", "1support", "a" * 64, "my_service", "-svc", "svc-", "my.svc", "my svc"],
     ids=["uppercase", "leading-digit", "too-long", "underscore", "leading-dash", "trailing-dash", "dot", "space"],
 )
-def test_a_name_that_breaks_the_rule_is_refused_with_the_rule(tmp_path, name):
-    done = new("--no-input", "--", name, cwd=tmp_path)  # `--`: "-svc" is a name, not an option
-    assert done.returncode == 2
-    assert NAME_RULE in done.stderr
-    assert "start with a letter" in done.stderr
+def test_a_name_that_breaks_the_rule_is_refused_with_the_rule(tmp_path, capsys, name):
+    # in this process (a refusal needs no interpreter of its own; the command line as a process is run above)
+    code, err = new_here(capsys, "--no-input", "-o", str(tmp_path), "--", name)  # `--`: "-svc" is a name
+    assert code == 2
+    assert NAME_RULE in err
+    assert "start with a letter" in err
     assert list(tmp_path.iterdir()) == []
 
 
@@ -427,11 +437,12 @@ def test_answers_from_the_command_line(tmp_path):
         ("portless", "KEY=VALUE"),
     ],
 )
-def test_a_bad_answer_is_refused_and_nothing_is_left(tmp_path, answer, says):
-    done = new("svc", "-t", "blank", "--no-input", "-d", answer, cwd=tmp_path)
-    assert done.returncode == 2, done.stdout + done.stderr
-    assert says in done.stderr
+def test_a_bad_answer_is_refused_and_nothing_is_left(tmp_path, capsys, answer, says):
+    code, err = new_here(capsys, "svc", "-t", "blank", "--no-input", "-d", answer, "-o", str(tmp_path))
+    assert code == 2, err
+    assert says in err
     assert not (tmp_path / "svc").exists()
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_without_a_terminal_the_defaults_are_taken(tmp_path):
