@@ -380,7 +380,7 @@ def test_good_names_pass_the_check():
         assert name_error(name) is None, name
 
 
-def test_an_existing_folder_is_kept_without_force_and_written_over_with_it(tmp_path):
+def test_an_existing_folder_is_kept_without_force_and_written_over_with_it(tmp_path, capsys):
     assert new("svc", "-t", "blank", "--no-input", cwd=tmp_path).returncode == 0
     folder = tmp_path / "svc"
     pristine = (folder / "service.yaml").read_text()
@@ -391,10 +391,10 @@ def test_an_existing_folder_is_kept_without_force_and_written_over_with_it(tmp_p
     built.write_bytes(b"a built model")
     before = tree(folder)
 
-    done = new("svc", "-t", "blank", "--no-input", cwd=tmp_path)
-    assert done.returncode == 2
-    assert "exists" in done.stderr
-    assert "--force" in done.stderr
+    code, err = new_here(capsys, "svc", "-t", "blank", "--no-input", "-o", str(tmp_path))  # a refusal: in-process
+    assert code == 2
+    assert "exists" in err
+    assert "--force" in err
     assert tree(folder) == before  # nothing touched
 
     done = new("svc", "-t", "blank", "--no-input", "--force", cwd=tmp_path)
@@ -406,14 +406,15 @@ def test_an_existing_folder_is_kept_without_force_and_written_over_with_it(tmp_p
     assert built.read_bytes() == b"a built model"
 
 
-def test_an_empty_folder_is_filled_and_a_file_in_the_way_is_refused_even_with_force(tmp_path):
+def test_an_empty_folder_is_filled_and_a_file_in_the_way_is_refused_even_with_force(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert new("empty", "-t", "blank", "--no-input", cwd=tmp_path).returncode == 0
     assert (tmp_path / "empty" / "service.yaml").is_file()
     (tmp_path / "afile").write_text("x")
-    done = new("afile", "-t", "blank", "--no-input", "--force", cwd=tmp_path)
-    assert done.returncode == 2
-    assert "not a folder" in done.stderr
+    code, err = new_here(capsys, "afile", "-t", "blank", "--no-input", "--force", "-o", str(tmp_path))  # in-process
+    assert code == 2
+    assert "not a folder" in err
+    assert (tmp_path / "afile").read_text() == "x"
 
 
 def test_answers_from_the_command_line(tmp_path):
