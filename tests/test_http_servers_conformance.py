@@ -5,8 +5,7 @@ clients and networks really do: long pipelines, byte-by-byte writes, chunked bod
 at once, and a battery of real clients. test_http_wire.py and test_httpserver.py hold the basics; this file does
 not repeat them.
 
-Tests marked xfail(strict=True) are conformance gaps found here, for the owner of _httpserver.py / _http.py to fix
-(each flips to a failure, XPASS, once fixed): the reason names the rule.
+The last section holds the gaps this battery found, each with the rule it checks; all fixed in _httpserver.py.
 """
 
 from __future__ import annotations
@@ -262,13 +261,8 @@ def test_malformed_request_gets_400_and_the_connection_closes(wire, data):
     wire.assert_closed()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the answer before the 400 says 'connection: close' and the 400 still follows it (RFC 9112 9.6: after "
-    "'close' the server MUST NOT send more): _Connection._serve marks the last queued answer close once reading "
-    "stopped, and _finish then writes the final error; the answer should go without 'close' when an error follows",
-)
 def test_a_valid_request_before_junk_is_answered_first(wire, server):
+    """RFC 9112 9.6: nothing follows an answer that says close, so the answer before the 400 must not say it."""
     wire.send(binary_infer(rows(1, 3)) + b"\x00\x01junk\r\n\r\n")
     assert (wire.answer("POST").output() == rows(1, 3)).all()
     assert wire.answer().status == 400
@@ -336,17 +330,17 @@ def test_many_connections_at_once(server):
     still_serving(server)
 
 
-# --- conformance gaps found here (xfail until _httpserver.py / _http.py are fixed) --------------------------
+# --- the conformance gaps this battery found (fixed in 79e18e8) --------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="RFC 9110 6.6.1: an origin server with a clock MUST send Date; none is sent")
 def test_responses_carry_a_date_header(wire):
+    """RFC 9110 6.6.1: an origin server with a clock MUST send Date."""
     wire.send(get("/v2/health/live"))
     assert "date" in wire.answer().headers
 
 
-@pytest.mark.xfail(strict=True, reason="RFC 9110 9.1: GET routes MUST answer HEAD; the Litestar GET routes give 405")
 def test_head_on_a_get_route_answers_as_get_without_a_body(wire):
+    """RFC 9110 9.1 and 9.3.2: HEAD is GET without the body (once 405 from the Litestar GET routes)."""
     wire.send(get("/v2"))
     whole = wire.answer()
     wire.send(get("/v2", method="HEAD"))
@@ -354,37 +348,28 @@ def test_head_on_a_get_route_answers_as_get_without_a_body(wire):
     assert (head.status, head.body, head.headers.get("content-length")) == (200, b"", str(len(whole.body)))
 
 
-@pytest.mark.xfail(strict=True, reason="RFC 9110 15.5.6: a 405 MUST carry Allow; Litestar's 405 has none")
 def test_method_not_allowed_names_the_allowed_methods(wire):
+    """RFC 9110 15.5.6: a 405 MUST carry Allow."""
     wire.send(get("/v2", method="PATCH"))
     assert "GET" in wire.answer().headers.get("allow", "")
 
 
-@pytest.mark.xfail(strict=True, reason="RFC 9112 3.2: an HTTP/1.1 request without Host MUST get 400; it gets 200")
 def test_http11_request_without_host_gets_400(wire):
+    """RFC 9112 3.2: an HTTP/1.1 request without Host MUST get 400 (it was served)."""
     wire.send(b"GET /v2/health/live HTTP/1.1\r\n\r\n")
     assert wire.answer().status == 400
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a request with Upgrade gets its 200 and then a second, unrequested 400 on the same connection "
-    "(httptools raises HttpParserUpgrade after the message; _httpserver answers it, then writes the final error). "
-    "RFC 9110 7.8 lets a server ignore Upgrade: answer once and go on",
-)
 def test_an_upgrade_request_gets_exactly_one_answer(wire):
+    """RFC 9110 7.8: a server may ignore Upgrade; it then answers once and goes on (a 400 used to follow the 200)."""
     wire.send(get("/v2/health/live", "Connection: Upgrade\r\nUpgrade: websocket\r\n"))
     assert wire.answer().status == 200
     wire.send(get("/v2/health/live"))  # ignored Upgrade: the connection goes on as HTTP/1.1
     assert wire.answer().status == 200
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="no bound on the header section: 8 MiB of headers are read into memory and answered 200 (uvicorn, "
-    "Granian and nginx refuse far less); RFC 6585 431 Request Header Fields Too Large",
-)
 def test_an_oversized_header_section_is_refused(wire):
+    """RFC 6585 431: the header section is bounded (8 MiB of headers used to be read and answered 200)."""
     wire.send(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n")
     try:
         for i in range(8):
@@ -395,7 +380,7 @@ def test_an_oversized_header_section_is_refused(wire):
     assert wire.answer().status in (400, 431)
 
 
-@pytest.mark.xfail(strict=True, reason="RFC 9112 3.2.2: a server MUST accept the absolute-form target; it gets 404")
 def test_absolute_form_target_is_served(wire):
+    """RFC 9112 3.2.2: a server MUST accept the absolute-form target (it got 404)."""
     wire.send(get("http://x/v2/health/live"))
     assert wire.answer().status == 200
