@@ -778,3 +778,21 @@ def test_decoding_leaves_raw_bytes_uncopied() -> None:
     mixed.inputs[0].contents.fp32_contents.extend([1.0] * 16)
     with pytest.raises(InvalidArgument, match="typed contents"):
         decode_infer_request(mixed)
+
+
+def test_the_grpcio_engine_still_serves_from_the_command_line(tmp_path: Path) -> None:
+    """``--grpc-engine grpcio``: grpcio's own server, the fallback to the default HTTP/2-in-the-loop engine."""
+    assert _parser().parse_args(["serve", "--model-repository", "."]).grpc_engine == "h2"
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["serve", "--model-repository", ".", "--grpc-engine", "nghttp2"])
+    om.write_model(tmp_path, "identity", om.identity(), identity_config("identity"))
+    with ModelsvcProcess(tmp_path, "--grpc-address", "127.0.0.1", "--grpc-engine", "grpcio") as proc:
+        c = grpcclient.InferenceServerClient(target(proc))
+        try:
+            good(c)
+            with pytest.raises(InferenceServerException) as info:
+                c.infer("nothing", [infer_input("INPUT0", ROW)])
+            assert status_of(info.value) in ("NOT_FOUND", "UNAVAILABLE")
+        finally:
+            c.close()
+        assert "(engine grpcio)" in proc.log()

@@ -126,6 +126,13 @@ def add(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "modelsvc's own flag: tritonserver has none",
     )
     s.add_argument(
+        "--grpc-engine",
+        choices=("h2", "grpcio"),
+        default="h2",
+        help="what serves gRPC: h2 (default), HTTP/2 in the server's event loop; grpcio, grpcio's own server (slower: "
+        "a thread hand-off per call). modelsvc's own flag",
+    )
+    s.add_argument(
         "--exit-timeout-secs",
         type=int,
         default=30,
@@ -204,6 +211,7 @@ def run(args: argparse.Namespace) -> int:
         exit_on_error=args.exit_on_error,
         http_max_input_size=args.http_max_input_size,
         grpc_max_message_size=args.grpc_max_message_size,
+        grpc_engine=args.grpc_engine,
         exit_timeout_secs=args.exit_timeout_secs,
         log_verbose=args.log_verbose,
         trace=trace,

@@ -57,6 +57,8 @@ class ServeOptions:
     http_max_input_size: int = 64 * 1024 * 1024
     grpc_max_message_size: int = DEFAULT_MAX_MESSAGE_BYTES
     """Largest gRPC message taken or sent (modelsvc's own flag: Triton has none and allows 2 GiB)."""
+    grpc_engine: str = "h2"
+    """What serves gRPC: ``h2`` (HTTP/2 in the event loop) or ``grpcio`` (grpcio's aio server)."""
     exit_timeout_secs: int = 30
     log_verbose: int = 0
     trace: TraceSettings = field(default_factory=TraceSettings)
@@ -138,10 +140,13 @@ async def _serve(options: ServeOptions, models: ModelManager, dataplane: DataPla
     try:
         if options.allow_grpc:  # first: once HTTP says ready, gRPC listens too
             grpc_server = GrpcServer(
-                dataplane, max_message_size=options.grpc_max_message_size, restricted=options.grpc_restricted
+                dataplane,
+                max_message_size=options.grpc_max_message_size,
+                restricted=options.grpc_restricted,
+                engine=options.grpc_engine,
             )
             await grpc_server.start(options.grpc_address, options.grpc_port)
-            logger.info("gRPC v2 endpoint on %s:%d", *grpc_server.address)
+            logger.info("gRPC v2 endpoint on %s:%d (engine %s)", *grpc_server.address, options.grpc_engine)
         if options.allow_http:
             restricted = options.http_restricted
             app = create_http_app(dataplane, max_body_size=options.http_max_input_size, restricted=restricted)
