@@ -29,16 +29,7 @@ from pathlib import Path
 import httpx
 
 from . import _perf, _servers
-
-CONFIG = """\
-name: "{name}"
-{engine}
-max_batch_size: 8
-input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] }} ]
-output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] }} ]
-dynamic_batching {{ }}
-instance_group [ {{ count: 1 kind: KIND_CPU }} ]
-"""
+from ._grid_models import CONFIG, ENGINES
 
 MODELS = ("identity_py", "identity_onnx", "large_onnx")
 DEFAULT_MODELS = ("identity_py", "identity_onnx")
@@ -53,11 +44,12 @@ TARGET = 0.8
 def write_repo(repo: Path) -> None:
     from modelsvc.tools.onnx_models import identity, write_model
 
-    _servers.write_triton_identity(repo, "identity_py", CONFIG.format(name="identity_py", engine='backend: "python"'))
-    write_model(
-        repo, "identity_onnx", identity(), CONFIG.format(name="identity_onnx", engine='platform: "onnxruntime_onnx"')
-    )
-    large = CONFIG.format(name="large_onnx", engine='platform: "onnxruntime_onnx"').replace("[ 16 ]", "[ -1 ]")
+    def config(name: str, engine: str, dim: int = 16) -> str:
+        return CONFIG.format(name=name, engine=ENGINES[engine], mbs=8, dim=dim, delay=0)
+
+    _servers.write_triton_identity(repo, "identity_py", config("identity_py", "python"))
+    write_model(repo, "identity_onnx", identity(), config("identity_onnx", "onnx"))
+    large = config("large_onnx", "onnx", dim=-1)
     write_model(repo, "large_onnx", identity(dims=["batch", -1]), large)
 
 

@@ -26,20 +26,11 @@ from pathlib import Path
 
 import httpx
 
-from loadtests import _perf, _servers
+from loadtests import _grid_models, _perf, _servers
 from loadtests._http_servers_profile import profile_server
 from loadtests._http_servers_run import SERVERS
 
-IDENTITY = """\
-name: "{name}"
-{engine}
-max_batch_size: {mbs}
-input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ {dim} ] }} ]
-output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ {dim} ] }} ]
-dynamic_batching {{ max_queue_delay_microseconds: {delay} }}
-instance_group [ {{ count: 1 kind: KIND_CPU }} ]
-"""
-ENGINES = {"py": 'backend: "python"', "onnx": 'platform: "onnxruntime_onnx"'}
+ENGINES = {"py": _grid_models.ENGINES["python"], "onnx": _grid_models.ENGINES["onnx"]}
 MODELS = ("py_mbs8", "py_mbs64", "onnx_mbs8", "onnx_mbs64")
 LARGE = "onnx_large"
 LARGE_DIM = 1 << 20
@@ -52,14 +43,14 @@ def write_repo(repo: Path) -> None:
 
     for name in MODELS:
         engine, mbs = name.split("_mbs")
-        config = IDENTITY.format(name=name, engine=ENGINES[engine], mbs=mbs, dim=16, delay=0)
+        config = _grid_models.CONFIG.format(name=name, engine=ENGINES[engine], mbs=mbs, dim=16, delay=0)
         if engine == "onnx":
             write_model(repo, name, identity(), config)
         else:
             (repo / name / "1").mkdir(parents=True)
             (repo / name / "1" / "model.py").write_text(_servers.TRITON_IDENTITY_MODEL_PY)
             (repo / name / "config.pbtxt").write_text(config)
-    config = IDENTITY.format(name=LARGE, engine=ENGINES["onnx"], mbs=8, dim=LARGE_DIM, delay=0)
+    config = _grid_models.CONFIG.format(name=LARGE, engine=ENGINES["onnx"], mbs=8, dim=LARGE_DIM, delay=0)
     write_model(repo, LARGE, identity(dims=["batch", LARGE_DIM]), config)
 
 
