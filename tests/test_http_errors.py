@@ -194,3 +194,14 @@ def test_unknown_route_and_method(http):
 def test_bad_repository_index_body(http):
     assert_error(http.post("/v2/repository/index", content=b"[1"), 400, "JSON")
     assert http.post("/v2/repository/index", content=b'{"ready": true}').status_code == 200
+
+
+@pytest.mark.parametrize("depth", [70, 2_000, 100_000])
+def test_deeply_nested_data_is_a_400_and_the_server_keeps_serving(http, depth):
+    data = "[" * depth + "1" + "]" * depth
+    body = f'{{"inputs":[{{"name":"INPUT0","shape":[1,16],"datatype":"FP32","data":{data}}}]}}'.encode()
+    assert_error(post_infer(http, body), 400, "nested")
+    if depth > 1_000:  # past the JSON decoder's own depth guard: the control routes' bodies too
+        index = b'{"ready": ' + b"[" * depth + b"]" * depth + b"}"
+        assert_error(http.post("/v2/repository/index", content=index), 400, "nested too deeply")
+    assert post_infer(http, GOOD).status_code == 200

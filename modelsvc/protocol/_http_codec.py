@@ -80,6 +80,8 @@ def decode_infer_request(body: bytes, header_length: int | None = None) -> Infer
         raise InvalidArgument(f"malformed inference request: {exc}") from None
     except msgspec.DecodeError as exc:
         raise InvalidArgument(f"inference request is not valid JSON: {exc}") from None
+    except RecursionError:  # msgspec's depth guard: arrays or objects nested thousands deep
+        raise InvalidArgument("inference request JSON is nested too deeply for the JSON decoder") from None
 
     offset = 0
     inputs: list[Tensor] = []
@@ -135,12 +137,27 @@ def _decode_tensor(item: _JsonInput, binary: memoryview, offset: int, role: str 
     return Tensor(name, item.datatype, shape, array, params), offset
 
 
+MAX_JSON_DEPTH = 64
+"""The deepest nesting of a tensor's ``data`` taken (a tensor has at most 64 dimensions in Triton's config); the JSON
+decoder itself refuses documents nested thousands deep."""
+
+
 def _flatten(value: Any, out: list[Any]) -> None:
-    if isinstance(value, list):
-        for v in value:
-            _flatten(v, out)
-    else:
+    """``value``'s leaves in order, nested lists walked without recursion; deeper than MAX_JSON_DEPTH is refused."""
+    if not isinstance(value, list):
         out.append(value)
+        return
+    stack = [iter(value)]
+    while stack:
+        for item in stack[-1]:
+            if isinstance(item, list):
+                if len(stack) >= MAX_JSON_DEPTH:
+                    raise InvalidArgument(f"tensor data is nested more than {MAX_JSON_DEPTH} levels deep")
+                stack.append(iter(item))
+                break
+            out.append(item)
+        else:
+            stack.pop()
 
 
 def _json_array(
@@ -306,6 +323,8 @@ def decode_infer_response(body: bytes, header_length: int | None = None) -> Infe
         raw = _response_decoder.decode(header)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise InvalidArgument(f"malformed inference response: {exc}") from None
+    except RecursionError:
+        raise InvalidArgument("inference response JSON is nested too deeply for the JSON decoder") from None
     offset = 0
     outputs: list[Tensor] = []
     for item in raw.outputs:

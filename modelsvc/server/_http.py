@@ -117,8 +117,8 @@ def create_http_app(
         if body.strip():
             try:
                 parsed = msgspec.json.decode(body)
-            except msgspec.DecodeError as exc:
-                raise InvalidArgument(f"repository index request is not valid JSON: {exc}") from None
+            except (msgspec.DecodeError, RecursionError) as exc:
+                raise InvalidArgument(f"repository index request is not valid JSON: {_json_fault(exc)}") from None
             if not isinstance(parsed, dict):
                 raise InvalidArgument("repository index request must be a JSON object")
             ready_only = bool(parsed.get("ready", False))
@@ -200,14 +200,19 @@ def _repository_parameters(body: bytes, action: str) -> dict[str, Any]:
         return {}
     try:
         parsed = msgspec.json.decode(body)
-    except msgspec.DecodeError as exc:
-        raise InvalidArgument(f"{action} request is not valid JSON: {exc}") from None
+    except (msgspec.DecodeError, RecursionError) as exc:
+        raise InvalidArgument(f"{action} request is not valid JSON: {_json_fault(exc)}") from None
     if not isinstance(parsed, dict):
         raise InvalidArgument(f"{action} request must be a JSON object")
     params = parsed.get("parameters", {})
     if not isinstance(params, dict):
         raise InvalidArgument(f"{action} request 'parameters' must be a JSON object")
     return params
+
+
+def _json_fault(exc: Exception) -> str:
+    """What is wrong with a JSON body, in words (msgspec's depth guard raises RecursionError)."""
+    return "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
 
 
 def _base64(key: str, value: Any) -> bytes:
