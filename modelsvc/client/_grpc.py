@@ -17,7 +17,13 @@ import grpc.aio
 import numpy as np
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from ..protocol import InvalidArgument, Tensor, deserialize_bytes_tensor, numpy_dtype, serialize_bytes_tensor
+from ..protocol import (
+    InvalidArgument,
+    Tensor,
+    deserialize_bytes_tensor,
+    numpy_dtype,
+    tensor_bytes,
+)
 from ..protocol._pbjson import message_to_json
 from ..protocol._pbparams import CONTENTS_FIELDS, parameters_from_proto, set_proto_parameter
 from ._core import InferResult
@@ -71,12 +77,6 @@ def _set_parameter(target: Any, name: str, value: Any) -> None:
         raise InvalidInput(str(exc)) from None
 
 
-def _raw(tensor: Tensor) -> bytes:
-    if tensor.datatype == "BYTES":
-        return serialize_bytes_tensor(tensor.data)
-    return np.ascontiguousarray(tensor.data).tobytes()  # BF16 (ml_dtypes) gives its raw 16-bit words
-
-
 def build_request(
     model: str,
     version: str | None,
@@ -93,7 +93,7 @@ def build_request(
         entry = request.inputs.add(name=tensor.name, datatype=tensor.datatype, shape=list(tensor.shape))
         for name, value in tensor.parameters.items():
             _set_parameter(entry.parameters, name, value)
-        request.raw_input_contents.append(_raw(tensor))
+        request.raw_input_contents.append(tensor_bytes(tensor.datatype, tensor.data))
     for name in outputs or ():
         request.outputs.add(name=name)
     return request

@@ -10,6 +10,7 @@ from ._datatypes import (
     element_size,
     numpy_dtype,
     serialize_bytes_tensor,
+    tensor_bytes,
     wire_datatype,
 )
 from ._errors import (
@@ -71,5 +72,6 @@ __all__ = [
     "encode_json",
     "numpy_dtype",
     "serialize_bytes_tensor",
+    "tensor_bytes",
     "wire_datatype",
 ]

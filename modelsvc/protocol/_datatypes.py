@@ -152,3 +152,11 @@ def to_bytes_elements(values: Iterable[Any], label: str) -> list[bytes]:
         else:
             raise InvalidArgument(f"{label}: BYTES elements must be strings, got {type(v).__name__}")
     return out
+
+
+def tensor_bytes(datatype: str, data: np.ndarray[Any, Any]) -> bytes:
+    """A tensor's bytes as the v2 protocol carries them (HTTP binary data, gRPC raw contents): BYTES serialized with
+    their 4-byte lengths, any other datatype its elements in C order (BF16, from ml_dtypes: its 16-bit words)."""
+    if datatype == "BYTES":
+        return serialize_bytes_tensor(data)
+    return np.ascontiguousarray(data).tobytes()

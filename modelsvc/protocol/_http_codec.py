@@ -17,7 +17,7 @@ import numpy as np
 from ._datatypes import (
     deserialize_bytes_tensor,
     numpy_dtype,
-    serialize_bytes_tensor,
+    tensor_bytes,
     to_bytes_elements,
 )
 from ._errors import InvalidArgument
@@ -205,7 +205,7 @@ def encode_infer_response_parts(response: InferResponse, binary: list[bool]) -> 
         }
         params = dict(tensor.parameters)
         if as_binary:
-            blob = _tensor_bytes(tensor)
+            blob = tensor_bytes(tensor.datatype, tensor.data)
             params["binary_data_size"] = len(blob)
             blobs.append(blob)
         else:
@@ -226,12 +226,6 @@ def encode_infer_response_parts(response: InferResponse, binary: list[bool]) -> 
     if not blobs:
         return [header], None
     return [header, *blobs], len(header)
-
-
-def _tensor_bytes(tensor: Tensor) -> bytes:
-    if tensor.datatype == "BYTES":
-        return serialize_bytes_tensor(tensor.data)
-    return np.ascontiguousarray(tensor.data).tobytes()
 
 
 def _json_data(tensor: Tensor) -> list[Any]:
@@ -267,7 +261,7 @@ def encode_infer_request(request: InferRequest, binary: bool) -> tuple[bytes, in
         entry: dict[str, Any] = {"name": tensor.name, "shape": list(tensor.shape), "datatype": tensor.datatype}
         params = dict(tensor.parameters)
         if binary:
-            blob = _tensor_bytes(tensor)
+            blob = tensor_bytes(tensor.datatype, tensor.data)
             params["binary_data_size"] = len(blob)
             blobs.append(blob)
         else:

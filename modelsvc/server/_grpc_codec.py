@@ -21,7 +21,7 @@ from ..protocol import (
     Unsupported,
     deserialize_bytes_tensor,
     numpy_dtype,
-    serialize_bytes_tensor,
+    tensor_bytes,
 )
 from ..protocol._pbparams import CONTENTS_FIELDS, parameters_from_proto, set_proto_parameter
 from ._grpc_wire import WireAnswer, encode_infer_response_wire
@@ -137,12 +137,6 @@ def decode_infer_request(message: Any) -> InferRequest:
     return InferRequest(inputs=inputs, id=message.id or None, outputs=outputs, parameters=parameters)
 
 
-def _raw(tensor: Tensor) -> bytes:
-    if tensor.datatype == "BYTES":
-        return serialize_bytes_tensor(tensor.data)
-    return np.ascontiguousarray(tensor.data).tobytes()  # BF16 (ml_dtypes) gives its 16-bit words
-
-
 def encode_infer_response(response: InferResponse, raw: bool = True) -> Any:
     """The ``ModelInferResponse``: every output's bytes in ``raw_output_contents`` (what tritonclient reads).
     ``raw=False``: without them (``encode_infer_response_wire`` adds them)."""
@@ -156,7 +150,7 @@ def encode_infer_response(response: InferResponse, raw: bool = True) -> Any:
         if tensor.parameters:
             _set_parameters(out.parameters, tensor.parameters)
         if raw:
-            raws.append(_raw(tensor))
+            raws.append(tensor_bytes(tensor.datatype, tensor.data))
     if response.parameters:
         _set_parameters(message.parameters, response.parameters)
     return message
