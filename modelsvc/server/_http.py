@@ -115,13 +115,7 @@ def create_http_app(
         body = await request.body()
         ready_only = False
         if body.strip():
-            try:
-                parsed = msgspec.json.decode(body)
-            except (msgspec.DecodeError, RecursionError) as exc:
-                raise InvalidArgument(f"repository index request is not valid JSON: {_json_fault(exc)}") from None
-            if not isinstance(parsed, dict):
-                raise InvalidArgument("repository index request must be a JSON object")
-            ready_only = bool(parsed.get("ready", False))
+            ready_only = bool(_json_object(body, "repository index").get("ready", False))
         return _json(dataplane.repository_index(ready_only))
 
     @post("/v2/repository/models/{model_name:str}/load", status_code=200)
@@ -198,21 +192,23 @@ def _repository_parameters(body: bytes, action: str) -> dict[str, Any]:
     """The ``parameters`` object of a load or unload request body (which may be empty)."""
     if not body.strip():
         return {}
-    try:
-        parsed = msgspec.json.decode(body)
-    except (msgspec.DecodeError, RecursionError) as exc:
-        raise InvalidArgument(f"{action} request is not valid JSON: {_json_fault(exc)}") from None
-    if not isinstance(parsed, dict):
-        raise InvalidArgument(f"{action} request must be a JSON object")
-    params = parsed.get("parameters", {})
+    params = _json_object(body, action).get("parameters", {})
     if not isinstance(params, dict):
         raise InvalidArgument(f"{action} request 'parameters' must be a JSON object")
     return params
 
 
-def _json_fault(exc: Exception) -> str:
-    """What is wrong with a JSON body, in words (msgspec's depth guard raises RecursionError)."""
-    return "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+def _json_object(body: bytes, action: str) -> dict[str, Any]:
+    """A control request's body as a JSON object; anything else is an InvalidArgument naming ``action``."""
+    try:
+        parsed = msgspec.json.decode(body)
+    except msgspec.DecodeError as exc:
+        raise InvalidArgument(f"{action} request is not valid JSON: {exc}") from None
+    except RecursionError:  # msgspec's depth guard
+        raise InvalidArgument(f"{action} request is not valid JSON: nested too deeply") from None
+    if not isinstance(parsed, dict):
+        raise InvalidArgument(f"{action} request must be a JSON object")
+    return parsed
 
 
 def _base64(key: str, value: Any) -> bytes:
