@@ -75,8 +75,7 @@ def loopback_bytes() -> int | None:
 def inference_count(server: _servers.ServerProcess, model: str) -> int | None:
     """The model's cumulative inference count from GET /v2/models/<m>/stats (modelsvc and Triton alike)."""
     try:
-        body = httpx.get(f"{server.base_url}/v2/models/{model}/stats", timeout=10.0).json()
-        return sum(int(s.get("inference_count", 0)) for s in body.get("model_stats", []))
+        return _servers.inference_count(server.base_url, model)
     except (httpx.HTTPError, ValueError, AttributeError):
         return None
 

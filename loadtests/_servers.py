@@ -59,6 +59,12 @@ def free_port() -> int:
     raise RuntimeError("no port that this process has not handed out already")
 
 
+def inference_count(base_url: str, model: str) -> int:
+    """The model's cumulative inference count (all versions) from GET /v2/models/<m>/stats: modelsvc and Triton."""
+    body = httpx.get(f"{base_url}/v2/models/{model}/stats", timeout=10.0).json()
+    return sum(int(s.get("inference_count", 0)) for s in body.get("model_stats", []))
+
+
 def _tree_pids(root: int) -> list[int]:
     """root and all its descendants (Triton's python backend runs a stub process per model instance)."""
     parents: dict[int, list[int]] = {}

@@ -26,8 +26,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
-
 from . import _perf, _servers
 from ._grid_models import CONFIG, ENGINES
 
@@ -102,8 +100,7 @@ class Point:
 
 
 def _inferences(server: Served, model: str) -> int:
-    stats = httpx.get(f"{server.base_url}/v2/models/{model}/stats", timeout=10.0).json()
-    return int(stats["model_stats"][0]["inference_count"])
+    return _servers.inference_count(server.base_url, model)
 
 
 def measure(server: Served, model: str, concurrency: int, protocol: str, workdir: Path, window_ms: int) -> Sample:
