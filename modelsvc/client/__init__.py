@@ -8,6 +8,7 @@ with Client("localhost:8000") as client:
 
 from ._client import AsyncClient, Client
 from ._core import InferResult, ModelMetadata, TensorSpec
+from ._deadline import current_deadline, deadline
 from ._errors import (
     ClientError,
     ConnectError,
@@ -46,4 +47,6 @@ __all__ = [
     "ServerUnavailable",
     "TensorSpec",
     "Timeout",
+    "current_deadline",
+    "deadline",
 ]

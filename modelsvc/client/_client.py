@@ -13,6 +13,7 @@ import httpx
 
 from ..protocol import Tensor
 from ._core import Attempts, InferResult, ModelMetadata, tensor_count, to_tensor
+from ._deadline import call_timeout, with_timeout_parameter
 from ._errors import ClientError, ModelNotFound
 from ._model import AsyncModel, Model
 from ._retry import RetryBudget, RetryPolicy
@@ -53,7 +54,8 @@ class _Common:
         self.budget = budget if budget is not None else RetryBudget()
 
     def attempts(self, timeout: float | None) -> Attempts:
-        return Attempts(self.retry, self.budget, self.timeout if timeout is None else timeout)
+        """The tries of one call, within its timeout (the client's when None) and any deadline in force."""
+        return Attempts(self.retry, self.budget, call_timeout(self.timeout if timeout is None else timeout))
 
 
 class Client:
@@ -146,7 +148,9 @@ class Client:
             span.inject(headers)
             try:
                 result, sent, received = self._call(
-                    lambda t: self._t.infer(model, version, tensors, outputs, request_id, parameters, headers, t),
+                    lambda t: self._t.infer(
+                        model, version, tensors, outputs, request_id, with_timeout_parameter(parameters, t), headers, t
+                    ),
                     timeout,
                 )
             except ClientError as exc:
@@ -265,7 +269,9 @@ class AsyncClient:
             span.inject(headers)
             try:
                 result, sent, received = await self._call(
-                    lambda t: self._t.infer(model, version, tensors, outputs, request_id, parameters, headers, t),
+                    lambda t: self._t.infer(
+                        model, version, tensors, outputs, request_id, with_timeout_parameter(parameters, t), headers, t
+                    ),
                     timeout,
                 )
             except ClientError as exc:
