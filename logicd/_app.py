@@ -14,23 +14,20 @@ What every service gets:
 
 import asyncio
 import contextlib
-import hmac
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Sequence
 from http import HTTPStatus
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import numpy as np
 from litestar import Litestar, Request, Response, get, post
-from litestar.connection import ASGIConnection
 from litestar.datastructures import State
 from litestar.enums import RequestEncodingType
-from litestar.exceptions import HTTPException, NotAuthorizedException, ValidationException
-from litestar.handlers import BaseRouteHandler
+from litestar.exceptions import HTTPException, ValidationException
 from litestar.params import BodyKwarg
 from opentelemetry import propagate, trace
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import generate_latest
 
 from modelsvc.client import (
     AsyncClient,
@@ -44,11 +41,15 @@ from modelsvc.client import (
     RetryPolicy,
     ServerUnavailable,
     Timeout,
+    deadline,
 )
 
+from ._admission import SCOPE_DEADLINE, SCOPE_GATE, Admission, RouteGate
+from ._auth import auth_guard
 from ._config import ServiceConfig
 from ._docs import docs_handlers, openapi_config
 from ._infer import Padding, infer_chunks
+from ._metrics import Metrics
 from ._service import Route, Service
 from .text import Chunker, Chunks, TokenizerPool, load_tokenizer
 
@@ -75,23 +76,6 @@ class ServiceError(Exception):
         self.title = title or _phrase(status)
 
 
-class _Metrics:
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
-        self.requests = Counter(
-            "logicd_requests", "Requests answered, by route and status", ["route", "status"], registry=self.registry
-        )
-        self.latency = Histogram(
-            "logicd_request_duration_seconds", "Request latency by route", ["route"], registry=self.registry
-        )
-        self.stages = Histogram(
-            "logicd_stage_duration_seconds", "Time per stage of a route", ["route", "stage"], registry=self.registry
-        )
-        self.model_errors = Counter(
-            "logicd_model_errors", "Model-call errors by kind", ["route", "kind"], registry=self.registry
-        )
-
-
 def _version(version: int | None) -> str | None:
     return None if version is None else str(version)
 
@@ -102,7 +86,7 @@ class _Runtime:
     def __init__(self, service: Service, config: ServiceConfig) -> None:
         self.service = service
         self.config = config
-        self.metrics = _Metrics()
+        self.metrics = Metrics()
         self.client: AsyncClient | None = None
         self.engine: Any = None
         self.models: dict[str, AsyncModel] = {}
@@ -111,6 +95,8 @@ class _Runtime:
         self.chunker: Chunker | None = None
         self.pool: TokenizerPool | None = None
         self.state: dict[str, Any] = {}
+        window = config.chunking.max_tokens if config.tokenizer is not None else 1
+        self.admission = Admission(config.admission, window, self.metrics.refusal)
         self._connected = False
         self._hooks_done = 0
         self._connecting = asyncio.Lock()
@@ -146,9 +132,12 @@ class _Runtime:
                 return
             assert self.client is not None
             models = {}
+            configs = []
             for ref in self.config.models:
                 models[ref.name] = await self.client.model(ref.name, _version(ref.version))
-                self.padding[ref.name] = Padding.from_config(ref.name, await self._config(ref.name, ref.version))
+                configs.append(await self._config(ref.name, ref.version))
+                self.padding[ref.name] = Padding.from_config(ref.name, configs[-1])
+            self.admission.set_models(configs)
             # hooks that already succeeded are not run again; the models are published only when all have
             while self._hooks_done < len(self.service.startup):
                 hook = self.service.startup[self._hooks_done]
@@ -205,6 +194,9 @@ class Context:
         self._models = models if models is not None else runtime.models
         self.timings: dict[str, float] = {}
         """Seconds spent in each `stage` of this request so far (a stage entered twice adds up)."""
+        self.rows = 0
+        self.tokens = 0
+        """Windows and tokens this request sent through `infer_chunks` (what admission learns a request costs)."""
 
     @property
     def config(self) -> ServiceConfig:
@@ -242,7 +234,8 @@ class Context:
         empty = np.flatnonzero(chunks.doc_token_counts == 0)
         if empty.size:
             raise ServiceError(
-                422, "text has no token the model reads (only whitespace, control or format characters)",
+                422,
+                "text has no token the model reads (only whitespace, control or format characters)",
                 field=f"{field}[{int(empty[0])}]",
             )
         limit = self.config.limits.max_chunks
@@ -288,6 +281,8 @@ class Context:
         zero-filled past each chunk's length."""
         handle = self.model(model)
         padding = self._runtime.padding.get(model)
+        self.rows += len(chunks)
+        self.tokens += sum(len(ids) for ids in chunks.input_ids)
         return await infer_chunks(handle, chunks, output, max_batch_size=max_batch_size, padding=padding)
 
     @contextlib.asynccontextmanager
@@ -356,27 +351,6 @@ def _on_error(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
 # -- the app ---------------------------------------------------------------------------------------------
 
 
-def _auth_guard(config: ServiceConfig) -> Any:
-    auth = config.auth
-    if auth.mode == "none":
-        return None
-    secrets = [s.encode() for s in (auth.api_keys if auth.mode == "api_key" else auth.tokens)]
-
-    def guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
-        if auth.mode == "api_key":
-            given = connection.headers.get("x-api-key", "")
-        else:
-            header = connection.headers.get("authorization", "")
-            given = header[7:] if header.lower().startswith("bearer ") else ""
-        if not given or not any(hmac.compare_digest(given.encode(), s) for s in secrets):
-            raise NotAuthorizedException(
-                detail="an API key is needed (X-API-Key)" if auth.mode == "api_key" else "a bearer token is needed",
-                headers={"WWW-Authenticate": "Bearer"} if auth.mode == "bearer" else None,
-            )
-
-    return guard
-
-
 _HANDLER_STARTED = "logicd.handler_started"
 #: the status logged for a request whose caller left before the answer (nginx's convention)
 CLIENT_CLOSED = 499
@@ -409,6 +383,20 @@ async def _unless_caller_leaves(work: Awaitable[Any], request: Request[Any, Any,
     return False, None
 
 
+async def _within_deadline(work: Awaitable[Any], request: Request[Any, Any, Any]) -> tuple[bool, Any]:
+    """``_unless_caller_leaves`` under the caller's deadline, if it sent one: model calls carry the time left,
+    and the handler is cancelled when it passes (504)."""
+    at = cast("float | None", request.scope.get(SCOPE_DEADLINE))
+    if at is None:
+        return await _unless_caller_leaves(work, request)
+    try:
+        with deadline(at=at):
+            async with asyncio.timeout(at - time.monotonic()):
+                return await _unless_caller_leaves(work, request)
+    except TimeoutError:
+        raise ServiceError(504, "the request's deadline (Request-Timeout or grpc-timeout) passed") from None
+
+
 def _route(route: Route, runtime: _Runtime, guard: Any) -> Any:
     async def endpoint(data: Any, request: Request[Any, Any, Any]) -> Any:
         request.scope[_HANDLER_STARTED] = True  # type: ignore[literal-required]
@@ -421,7 +409,11 @@ def _route(route: Route, runtime: _Runtime, guard: Any) -> Any:
             try:
                 if not runtime.connected:  # the model service was away: try again now, 503 if still away
                     await runtime.connect()
-                done, result = await _unless_caller_leaves(route.handler(data, Context(runtime, route.path)), request)
+                ctx = Context(runtime, route.path)
+                done, result = await _within_deadline(route.handler(data, ctx), request)
+                gate = cast("RouteGate | None", request.scope.get(SCOPE_GATE))
+                if done and gate is not None:
+                    gate.cost.observe(ctx.rows, ctx.tokens)
                 if not done:  # nobody is waiting: the handler and its model calls were cancelled
                     status = CLIENT_CLOSED
                     return Response(b"", status_code=CLIENT_CLOSED)
@@ -449,7 +441,12 @@ def _route(route: Route, runtime: _Runtime, guard: Any) -> Any:
     }
     endpoint.__name__ = endpoint.__qualname__ = route.name
     return post(
-        route.path, summary=route.summary, status_code=200, operation_id=route.name, guards=[guard] if guard else None
+        route.path,
+        summary=route.summary,
+        status_code=200,
+        operation_id=route.name,
+        guards=[guard] if guard else None,
+        middleware=[runtime.admission.middleware(route.path)],
     )(endpoint)
 
 
@@ -469,12 +466,13 @@ def create_app(service: Service, config: ServiceConfig) -> Litestar:
 
     @get("/metrics", include_in_schema=False)
     async def metrics() -> Response[bytes]:
+        runtime.metrics.gates(list(runtime.admission.gates.values()))
         text = generate_latest(runtime.metrics.registry)
         if runtime.engine is not None:
             text += runtime.engine.metrics.render()
         return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
-    guard = _auth_guard(config)
+    guard = auth_guard(config)
     handlers: list[Any] = [live, ready, metrics, *(_route(r, runtime, guard) for r in service.routes)]
     handlers += docs_handlers(title=config.name)  # /docs: Swagger UI served by the app itself, no CDN
     return Litestar(

@@ -14,6 +14,7 @@ from ._loader import CONFIG_ENV, ENV_PREFIX, load_config
 from ._schema import (
     EMBEDDED,
     NAME_RULE,
+    AdmissionConfig,
     AuthConfig,
     ChunkingConfig,
     LimitsConfig,
@@ -31,6 +32,7 @@ __all__ = [
     "EMBEDDED",
     "ENV_PREFIX",
     "NAME_RULE",
+    "AdmissionConfig",
     "AuthConfig",
     "ChunkingConfig",
     "ConfigError",

@@ -62,6 +62,11 @@ limits:
   max_text_chars: 100000               # per document
   max_documents: 64                    # per request
   max_chunks: 256                      # windows one request may be cut into, across its documents
+admission:                             # per route; the rest are refused at once: 503 with Retry-After
+  max_in_flight: auto                  # requests in the handler at once; auto: from the model's capacity
+  max_waiting: auto                    # requests waiting for a slot; auto: as many as max_in_flight
+  max_wait_s: auto                     # the longest wait for a slot; auto: the model's queue timeout, if any
+  retry_after_s: 1                     # the Retry-After of a refusal
 auth:
   mode: api_key                        # none | api_key | bearer; health and metrics stay open
   api_keys_env: [SENTIMENT_API_KEYS]   # variables holding keys (comma-separated in one variable is fine)
@@ -78,6 +83,7 @@ extra:                                 # service-specific settings, passed throu
 def example_config() -> str:
     """A sample ``service.yaml`` that shows every key with a comment (what ``logicd`` scaffolds from)."""
     return _EXAMPLE
+
 
 # --- the sections ---------------------------------------------------------------------------------------
 
@@ -110,9 +116,7 @@ class ModelRef(_Section, frozen=True, kw_only=True):
 
     def __post_init__(self) -> None:
         if not _MODEL_NAME.fullmatch(self.name):
-            raise FieldError(
-                "name", f"must be a model folder name (letters, digits, '_', '.', '-'), got {self.name!r}"
-            )
+            raise FieldError("name", f"must be a model folder name (letters, digits, '_', '.', '-'), got {self.name!r}")
 
 
 class ModelServiceConfig(_Section, frozen=True, kw_only=True):
@@ -196,6 +200,22 @@ class LimitsConfig(_Section, frozen=True, kw_only=True):
 
 
 AuthMode = Literal["none", "api_key", "bearer"]
+
+
+class AdmissionConfig(_Section, frozen=True, kw_only=True):
+    """How many requests each route takes at once; beyond that a request is refused at once (503 with
+    Retry-After) rather than queued into a timeout. ``auto`` derives a number from the models' capacity as
+    modelsvc reports it (instances, ``max_batch_size``, ``max_batch_tokens``, the queue policy's
+    ``max_queue_size`` and ``default_timeout_microseconds``) and from what requests of the route cost."""
+
+    max_in_flight: Annotated[int, msgspec.Meta(ge=1)] | Literal["auto"] = "auto"
+    """Requests of one route in its handler at once."""
+    max_waiting: Annotated[int, msgspec.Meta(ge=0)] | Literal["auto"] = "auto"
+    """Requests of one route waiting for a slot (first come, first served); 0 refuses at once when full."""
+    max_wait_s: Annotated[float, msgspec.Meta(gt=0)] | Literal["auto"] = "auto"
+    """How long a request may wait for a slot before its 503; it never waits past its caller's deadline."""
+    retry_after_s: Annotated[int, msgspec.Meta(ge=0)] = 1
+    """The ``Retry-After`` (seconds) of a refusal."""
 
 
 class AuthConfig(_Section, frozen=True, kw_only=True):
@@ -292,6 +312,8 @@ class ServiceConfig(_Section, frozen=True, kw_only=True):
     """Label → description, for zero-shot services; empty otherwise."""
     limits: LimitsConfig = msgspec.field(default_factory=LimitsConfig)
     """Bounds on one request."""
+    admission: AdmissionConfig = msgspec.field(default_factory=AdmissionConfig)
+    """How many requests each route takes at once (overload is refused, not queued)."""
     auth: AuthConfig = msgspec.field(default_factory=AuthConfig)
     """Who may call the API."""
     server: ServerConfig = msgspec.field(default_factory=ServerConfig)
