@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import struct
-from collections.abc import Iterable
+import sys
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -120,12 +122,34 @@ def serialize_bytes_tensor(array: np.ndarray[Any, Any]) -> bytes:
     return b"".join(parts)
 
 
+MAX_DIMS = 32
+"""The most dimensions a tensor may have: what numpy holds (32 before numpy 2, 64 since)."""
+
+
+def element_count(shape: Sequence[int], dtype: np.dtype[Any], label: str) -> int:
+    """The number of elements of ``shape``, once the shape is one an array of ``dtype`` can have: no negative
+    dimension, at most MAX_DIMS of them, and not more elements than memory can address (counted without the zero
+    dimensions, as numpy counts them: [0, 2**62, 4] FP32 holds no element, yet no array has that shape).
+    Anything else is an InvalidArgument naming ``label`` and the shape."""
+    if any(d < 0 for d in shape):
+        raise InvalidArgument(f"{label}: shape {list(shape)} has a negative dimension")
+    if len(shape) > MAX_DIMS:
+        raise InvalidArgument(f"{label}: shape {list(shape)} has {len(shape)} dimensions, at most {MAX_DIMS} are taken")
+    if math.prod(d for d in shape if d) * dtype.itemsize > sys.maxsize:
+        raise InvalidArgument(f"{label}: shape {list(shape)} has more elements than any tensor can hold")
+    return math.prod(shape)
+
+
 def deserialize_bytes_tensor(buffer: bytes | memoryview, count: int, label: str) -> np.ndarray[Any, Any]:
     """Decode ``count`` length-prefixed elements; the buffer must hold exactly them."""
     view = memoryview(buffer)
+    end = len(view)
+    if count > end // 4:  # each element takes 4 bytes at least: refused before an array of ``count`` is made
+        raise InvalidArgument(
+            f"{label}: BYTES data holds at most {end // 4} elements in its {end} bytes, shape needs {count}"
+        )
     out = np.empty(count, dtype=np.object_)
     offset = 0
-    end = len(view)
     unpack = struct.Struct("<I").unpack_from
     for i in range(count):
         if offset + 4 > end:

@@ -8,7 +8,6 @@ the JSON. Outputs go back the same way when the client asks for binary data.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import msgspec
@@ -16,6 +15,7 @@ import numpy as np
 
 from ._datatypes import (
     deserialize_bytes_tensor,
+    element_count,
     numpy_dtype,
     tensor_bytes,
     to_bytes_elements,
@@ -103,10 +103,8 @@ def decode_infer_request(body: bytes, header_length: int | None = None) -> Infer
 def _decode_tensor(item: _JsonInput, binary: memoryview, offset: int, role: str = "input") -> tuple[Tensor, int]:
     name = item.name
     shape = tuple(item.shape)
-    if any(d < 0 for d in shape):
-        raise InvalidArgument(f"{role} '{name}': shape {list(shape)} has a negative dimension")
-    count = math.prod(shape)
     dtype = numpy_dtype(item.datatype)
+    count = element_count(shape, dtype, f"{role} '{name}'")
     params = item.parameters or {}
     size = params.pop("binary_data_size", None)
     if size is not None:

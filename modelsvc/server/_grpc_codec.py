@@ -6,7 +6,6 @@ tensor. The h2 engine answers ``ModelInfer`` in wire form (``_wire``: outputs wr
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -20,6 +19,7 @@ from ..protocol import (
     Tensor,
     Unsupported,
     deserialize_bytes_tensor,
+    element_count,
     numpy_dtype,
     tensor_bytes,
 )
@@ -47,17 +47,10 @@ def _set_parameters(target: Any, params: dict[str, Any]) -> None:
             target[key].string_param = str(value)  # anything else travels as its text
 
 
-def _shape(entry: Any) -> tuple[int, ...]:
-    shape = tuple(entry.shape)
-    if any(d < 0 for d in shape):
-        raise InvalidArgument(f"input '{entry.name}': shape {list(shape)} has a negative dimension")
-    return shape
-
-
 def _from_raw(entry: Any, raw: bytes, shape: tuple[int, ...]) -> np.ndarray[Any, Any]:
     name, datatype = entry.name, entry.datatype
     dtype = numpy_dtype(datatype)
-    count = math.prod(shape)
+    count = element_count(shape, dtype, f"input '{name}'")
     if datatype == "BYTES":
         return deserialize_bytes_tensor(raw, count, f"input '{name}'").reshape(shape)
     expected = count * dtype.itemsize
@@ -80,7 +73,7 @@ def _from_contents(entry: Any, shape: tuple[int, ...]) -> np.ndarray[Any, Any]:
     if others:
         raise InvalidArgument(f"input '{name}': {datatype} data goes in contents.{field}, not {', '.join(others)}")
     values = getattr(entry.contents, field)
-    count = math.prod(shape)
+    count = element_count(shape, dtype, f"input '{name}'")
     if len(values) != count:
         raise InvalidArgument(
             f"input '{name}': {len(values)} elements of {datatype} data in contents.{field}, "
@@ -114,7 +107,7 @@ def decode_infer_request(message: Any) -> InferRequest:
         )
     inputs: list[Tensor] = []
     for index, entry in enumerate(entries):
-        shape = _shape(entry)
+        shape = tuple(entry.shape)
         params = parameters_from_proto(entry.parameters) if entry.parameters else {}
         if "shared_memory_region" in params:
             raise Unsupported(f"input '{entry.name}': shared memory is not supported by this server")
