@@ -108,7 +108,7 @@ def _decode_tensor(item: _JsonInput, binary: memoryview, offset: int, role: str 
     params = item.parameters or {}
     size = params.pop("binary_data_size", None)
     if size is not None:
-        if not isinstance(size, int) or size < 0:
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
             raise InvalidArgument(f"{role} '{name}': binary_data_size must be a non-negative integer")
         if item.data is not msgspec.UNSET:
             raise InvalidArgument(f"{role} '{name}' has both binary_data_size and JSON data")
@@ -175,9 +175,30 @@ def _json_array(
     elif any(isinstance(v, bool | str) or v is None for v in flat):
         raise InvalidArgument(f"{role} '{name}': {datatype} data must be numbers")
     try:
-        return np.array(flat, dtype=dtype).reshape(shape)
-    except (ValueError, TypeError, OverflowError) as exc:
+        # a float that overflows FP16 or FP32 is refused, not made infinite
+        with np.errstate(over="raise"):
+            array = _integers(flat, dtype) if dtype.kind in "iu" else np.array(flat, dtype=dtype)
+        return array.reshape(shape)
+    except (ValueError, TypeError, OverflowError, FloatingPointError) as exc:
         raise InvalidArgument(f"{role} '{name}': data does not fit {datatype}: {exc}") from None
+
+
+def _integers(flat: list[Any], dtype: np.dtype[Any]) -> np.ndarray[Any, Any]:
+    """JSON numbers as an integer array, each checked against the datatype's range: numpy would wrap 1000 to -24
+    as INT8 and -1 to 2**64-1 as UINT64. (A number outside INT64 raises OverflowError while it is converted.)"""
+    if dtype == np.uint64:
+        if flat and min(flat) < 0:
+            raise OverflowError("a negative value")
+        return np.array(flat, dtype=dtype)
+    wide = np.array(flat, dtype=np.int64)
+    if dtype == np.int64:
+        return wide
+    if wide.size:
+        info = np.iinfo(dtype)
+        low, high = int(wide.min()), int(wide.max())
+        if low < info.min or high > info.max:
+            raise OverflowError(f"{low if low < info.min else high} is outside [{info.min}, {info.max}]")
+    return wide.astype(dtype)
 
 
 def encode_infer_response(response: InferResponse, binary: list[bool]) -> tuple[bytes, int | None]:
