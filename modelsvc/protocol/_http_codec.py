@@ -82,6 +82,8 @@ def decode_infer_request(body: bytes, header_length: int | None = None) -> Infer
         raise InvalidArgument(f"inference request is not valid JSON: {exc}") from None
     except RecursionError:  # msgspec's depth guard: arrays or objects nested thousands deep
         raise InvalidArgument("inference request JSON is nested too deeply for the JSON decoder") from None
+    except UnicodeDecodeError as exc:  # msgspec's check of a string's bytes
+        raise InvalidArgument(f"inference request JSON has a string that is not UTF-8: {exc}") from None
 
     offset = 0
     inputs: list[Tensor] = []
@@ -338,6 +340,8 @@ def decode_infer_response(body: bytes, header_length: int | None = None) -> Infe
         raise InvalidArgument(f"malformed inference response: {exc}") from None
     except RecursionError:
         raise InvalidArgument("inference response JSON is nested too deeply for the JSON decoder") from None
+    except UnicodeDecodeError as exc:
+        raise InvalidArgument(f"inference response JSON has a string that is not UTF-8: {exc}") from None
     offset = 0
     outputs: list[Tensor] = []
     for item in raw.outputs:

@@ -206,6 +206,8 @@ def _json_object(body: bytes, action: str) -> dict[str, Any]:
         raise InvalidArgument(f"{action} request is not valid JSON: {exc}") from None
     except RecursionError:  # msgspec's depth guard
         raise InvalidArgument(f"{action} request is not valid JSON: nested too deeply") from None
+    except UnicodeDecodeError as exc:  # a string whose bytes are not UTF-8
+        raise InvalidArgument(f"{action} request is not valid JSON: a string is not UTF-8: {exc}") from None
     if not isinstance(parsed, dict):
         raise InvalidArgument(f"{action} request must be a JSON object")
     return parsed
