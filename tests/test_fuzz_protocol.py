@@ -130,7 +130,7 @@ def test_every_target_has_a_test() -> None:
         ('"shape":[1],"datatype":"UINT64","data":[-1]', "does not fit UINT64"),
         ('"shape":[1],"datatype":"FP16","data":[1e300]', "does not fit FP16"),
         ('"shape":[1],"datatype":"FP32","parameters":{"binary_data_size":true}', "non-negative integer"),
-        ('"shape":[0],"datatype":"FP32","data":[],"id":"\xc0"', "not UTF-8"),
+        ('"shape":[0],"datatype":"\xc0","data":[]', "not UTF-8"),
     ],
 )
 def test_what_broke_is_named(fields: str, words: str) -> None:
