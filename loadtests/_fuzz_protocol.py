@@ -96,12 +96,17 @@ def _nest(flat: list[Any], shape: list[int]) -> Any:
     return [_nest(flat[i * step : (i + 1) * step], shape[1:]) for i in range(shape[0])]
 
 
+def _mostly(draw: st.DrawFn, good: st.SearchStrategy[Any], *bad: st.SearchStrategy[Any]) -> Any:
+    """What ``good`` draws three times in four, else what one of ``bad`` draws."""
+    return draw(good if draw(st.integers(0, 3)) else st.one_of(*bad))
+
+
 @st.composite
-def _tensor_entry(draw: st.DrawFn, binary_part: list[bytes]) -> dict[str, Any]:
+def _tensor_entry(draw: st.DrawFn, binary_part: list[bytes], names: tuple[str, ...]) -> dict[str, Any]:
     """One JSON input or output: a valid one most often, then with one field or another mutated."""
-    datatype = draw(st.one_of(st.sampled_from([d for d in ALL_DATATYPES if d != "BF16"]), DATATYPES))
+    datatype = _mostly(draw, st.sampled_from([d for d in ALL_DATATYPES if d != "BF16"]), DATATYPES)
     shape = draw(st.lists(st.integers(0, 3), max_size=3)) if draw(st.integers(0, 3)) else draw(SHAPES)
-    entry: dict[str, Any] = {"name": draw(st.one_of(st.just("INPUT0"), ODD_TEXT)), "datatype": datatype}
+    entry: dict[str, Any] = {"name": _mostly(draw, st.sampled_from(names), ODD_TEXT), "datatype": datatype}
     entry["shape"] = shape
     count = math.prod(shape) if all(0 <= d <= 8 for d in shape) else 1
     known = datatype in ALL_DATATYPES and datatype != "BF16"
@@ -113,14 +118,10 @@ def _tensor_entry(draw: st.DrawFn, binary_part: list[bytes]) -> dict[str, Any]:
             blob = serialize_bytes_tensor(array) if datatype == "BYTES" else array.tobytes()
         else:
             blob = b""
-        blob = draw(st.one_of(st.just(blob), st.binary(max_size=40), st.just(blob[:-1]), st.just(blob + b"\0")))
+        blob = _mostly(draw, st.just(blob), st.binary(max_size=40), st.just(blob[:-1]), st.just(blob + b"\0"))
         binary_part.append(blob)
-        size: Any = draw(
-            st.one_of(
-                st.just(len(blob)),
-                st.sampled_from([-1, 2**40, True, "4", None, 1.5]),
-                st.integers(-5, 100),
-            )
+        size: Any = _mostly(
+            draw, st.just(len(blob)), st.sampled_from([-1, 2**40, True, "4", None, 1.5]), st.integers(-5, 100)
         )
         entry["parameters"] = {"binary_data_size": size}
     else:
@@ -129,14 +130,8 @@ def _tensor_entry(draw: st.DrawFn, binary_part: list[bytes]) -> dict[str, Any]:
             data: Any = draw(st.one_of(st.just(_nest(flat, shape)), st.just(flat)))
         else:
             data = []
-        entry["data"] = draw(
-            st.one_of(
-                st.just(data),
-                JSON_VALUES,
-                st.lists(JSON_SCALARS, max_size=6),
-                st.just([data]),
-                st.just([[[[data]]]]),
-            )
+        entry["data"] = _mostly(
+            draw, st.just(data), JSON_VALUES, st.lists(JSON_SCALARS, max_size=6), st.just([data]), st.just([[[[data]]]])
         )
         if draw(st.integers(0, 5)) == 0:
             entry["parameters"] = draw(st.dictionaries(ODD_TEXT, JSON_VALUES, max_size=2))
@@ -180,10 +175,11 @@ def _mutate(data: bytes) -> st.SearchStrategy[bytes]:
 
 
 @st.composite
-def http_bodies(draw: st.DrawFn, key: str = "inputs") -> Body:
-    """An infer request (``key="inputs"``) or response (``"outputs"``) body: JSON, or JSON with binary data."""
+def http_bodies(draw: st.DrawFn, key: str = "inputs", names: tuple[str, ...] = ("INPUT0",)) -> Body:
+    """An infer request (``key="inputs"``) or response (``"outputs"``) body: JSON, or JSON with binary data; its
+    tensors are named from ``names`` (a model's inputs) or any text."""
     binary_part: list[bytes] = []
-    head: dict[str, Any] = {key: draw(st.lists(_tensor_entry(binary_part), max_size=3))}
+    head: dict[str, Any] = {key: draw(st.lists(_tensor_entry(binary_part, names), max_size=3))}
     if key == "outputs":
         head["model_name"] = draw(ODD_TEXT)
         head["model_version"] = draw(st.sampled_from(["1", ""]))
@@ -209,8 +205,8 @@ def http_bodies(draw: st.DrawFn, key: str = "inputs") -> Body:
     body = header + tail
     with_length: bool = draw(st.booleans())
     if binary_part or with_length:
-        header_length: int | None = draw(
-            st.one_of(st.just(len(header)), st.integers(-3, len(body) + 3), st.sampled_from([-(2**63), 2**64]))
+        header_length: int | None = _mostly(
+            draw, st.just(len(header)), st.integers(-3, len(body) + 3), st.sampled_from([-(2**63), 2**64])
         )
     else:
         header_length = None
@@ -244,28 +240,34 @@ def consistent(tensor: Tensor) -> None:
         assert all(isinstance(v, bytes) for v in tensor.data.reshape(-1))
 
 
+DECODED = "decoded"
+REFUSED = "refused"
+
+
 def _named(exc: InvalidArgument | Unsupported) -> None:
     assert exc.message.strip(), "an error without a message"
 
 
-def check_http_request(case: Body) -> None:
+def check_http_request(case: Body) -> str:
     try:
         request = decode_infer_request(case.body, case.header_length)
     except InvalidArgument as exc:
         _named(exc)
-        return
+        return REFUSED
     for tensor in request.inputs:
         consistent(tensor)
+    return DECODED
 
 
-def check_http_response(case: Body) -> None:
+def check_http_response(case: Body) -> str:
     try:
         response = decode_infer_response(case.body, case.header_length)
     except InvalidArgument as exc:
         _named(exc)
-        return
+        return REFUSED
     for tensor in response.outputs:
         consistent(tensor)
+    return DECODED
 
 
 @st.composite
@@ -287,14 +289,15 @@ def bytes_tensors(draw: st.DrawFn) -> tuple[bytes, int]:
     return buffer, count
 
 
-def check_bytes_tensor(case: tuple[bytes, int]) -> None:
+def check_bytes_tensor(case: tuple[bytes, int]) -> str:
     buffer, count = case
     try:
         array = deserialize_bytes_tensor(buffer, count, "input 'x'")
     except InvalidArgument:
-        return
+        return REFUSED
     assert array.shape == (count,)
     assert serialize_bytes_tensor(array) == buffer  # it took every byte, element by element
+    return DECODED
 
 
 @st.composite
@@ -314,7 +317,7 @@ def valid_requests(draw: st.DrawFn) -> tuple[InferRequest, bool]:
     return InferRequest(inputs=inputs, id=draw(st.one_of(st.none(), ODD_TEXT))), draw(st.booleans())
 
 
-def check_round_trip(case: tuple[InferRequest, bool]) -> None:
+def check_round_trip(case: tuple[InferRequest, bool]) -> str:
     """What the client encodes, the server decodes to the same tensors."""
     request, binary = case
     body, header_length = encode_infer_request(request, binary)
@@ -328,6 +331,7 @@ def check_round_trip(case: tuple[InferRequest, bool]) -> None:
             np.testing.assert_allclose(got.data, sent.data)
         else:
             assert got.data.tolist() == sent.data.tolist()
+    return DECODED
 
 
 # -- gRPC -------------------------------------------------------------------------------------------------
@@ -356,19 +360,21 @@ def _fill_parameters(target: Any, params: dict[str, tuple[str, Any]]) -> None:
 
 
 @st.composite
-def grpc_requests(draw: st.DrawFn) -> Any:
-    """A ModelInferRequest from arbitrary fields: inputs of any datatype and shape (int64), typed contents of any
-    kind and length, raw contents of any bytes and number, parameters (shared memory among them)."""
-    message = service_pb2.ModelInferRequest(model_name="m", id=draw(ODD_TEXT))
+def grpc_requests(draw: st.DrawFn, model: str = "m", names: tuple[str, ...] = ("INPUT0",)) -> Any:
+    """A ModelInferRequest from arbitrary fields: inputs (named from ``names`` or any text) of any datatype and
+    shape (int64), typed contents of any kind and length, raw contents of any bytes and number, parameters (shared
+    memory among them)."""
+    message = service_pb2.ModelInferRequest(model_name=model, id=draw(ODD_TEXT))
     count = draw(st.integers(0, 3))
     raw = draw(st.booleans())
     for _ in range(count):
         shape = draw(st.one_of(st.lists(st.integers(0, 3), max_size=3), SHAPES))
         shape = [max(-(2**63), min(d, 2**63 - 1)) for d in shape]  # an int64 field
-        entry = message.inputs.add(name=draw(ODD_TEXT), datatype=draw(DATATYPES), shape=shape)
+        name = draw(st.one_of(st.sampled_from(names), ODD_TEXT))
+        entry = message.inputs.add(name=name, datatype=draw(DATATYPES), shape=shape)
         if draw(st.integers(0, 5)) == 0:
-            names = st.one_of(st.just("shared_memory_region"), ODD_TEXT)
-            _fill_parameters(entry.parameters, draw(st.dictionaries(names, _PARAMETER, max_size=2)))
+            keys = st.one_of(st.just("shared_memory_region"), ODD_TEXT)
+            _fill_parameters(entry.parameters, draw(st.dictionaries(keys, _PARAMETER, max_size=2)))
         if not raw or draw(st.integers(0, 5)) == 0:
             for field in draw(st.lists(st.sampled_from(sorted(_CONTENTS)), max_size=2, unique=True)):
                 getattr(entry.contents, field).extend(draw(_CONTENTS[field]))
@@ -384,15 +390,16 @@ def grpc_requests(draw: st.DrawFn) -> Any:
     return message
 
 
-def check_grpc_request(message: Any) -> None:
+def check_grpc_request(message: Any) -> str:
     try:
         request = _grpc_codec.decode_infer_request(message)
     except (InvalidArgument, Unsupported) as exc:
         _named(exc)
-        return
+        return REFUSED
     assert len(request.inputs) == len(message.inputs)
     for tensor in request.inputs:
         consistent(tensor)
+    return DECODED
 
 
 @st.composite
@@ -403,22 +410,23 @@ def grpc_encodings(draw: st.DrawFn) -> bytes:
     return draw(st.one_of(st.just(encoded), _mutate(encoded), st.binary(max_size=100)))
 
 
-def check_split_raw_inputs(data: bytes) -> None:
+def check_split_raw_inputs(data: bytes) -> str:
     """``split_raw_inputs`` takes the encoding apart or says ValueError (what its caller answers as a bad
     message); and what protobuf parses, split and parsed again is the same message."""
     try:
         rest, raws = _grpc_wire.split_raw_inputs(data)
     except ValueError:
-        return
+        return REFUSED
     try:
         whole = service_pb2.ModelInferRequest.FromString(data)
     except Exception:  # protobuf refuses what the top-level walk let through (a bad field inside): fine
-        return
+        return "split, protobuf refused"
     parsed = service_pb2.ModelInferRequest.FromString(rest)
     assert [bytes(r) for r in raws] == list(whole.raw_input_contents)
     parsed.raw_input_contents.extend(bytes(r) for r in raws)
     # compared encoded: a NaN in fp32_contents makes two equal messages unequal
     assert parsed.SerializeToString(deterministic=True) == whole.SerializeToString(deterministic=True)
+    return DECODED
 
 
 # -- headers and paths the servers parse --------------------------------------------------------------------
@@ -430,7 +438,7 @@ HEADER_VALUES = st.one_of(
 )
 
 
-def check_header_values(value: bytes) -> None:
+def check_header_values(value: bytes) -> str:
     """``grpc-timeout`` (a number of at most 8 digits and a unit, else ignored), the HTTP
     ``Inference-Header-Content-Length`` (an integer, else a 400), and ``-bin`` metadata (base64, else dropped)."""
     timeout = _timeout_s(value)
@@ -438,29 +446,33 @@ def check_header_values(value: bytes) -> None:
     try:
         number = _header_int(value, "inference-header-content-length")
     except InvalidArgument:
-        pass
+        number = -1
     else:
         assert number >= 0
     for key, got in _metadata([(b"x-bin", value), (b"x", value)]):
         assert isinstance(got, bytes if key.endswith("-bin") else str)
+    return "a timeout" if timeout is not None else "a length" if number >= 0 else REFUSED
 
 
-def check_infer_target(path: str) -> None:
+def check_infer_target(path: str) -> str:
     target = infer_target(path)
-    if target is not None:
-        model, version = target
-        assert model
-        assert "/" not in model
-        assert version is None or (version and "/" not in version)
+    if target is None:
+        return "not infer"
+    model, version = target
+    assert model
+    assert "/" not in model
+    assert version is None or (version and "/" not in version)
+    return "infer"
 
 
 @dataclass(frozen=True)
 class Target:
-    """One thing fuzzed: its name, what it is fed, and what holds of each input."""
+    """One thing fuzzed: its name, what it is fed, and what holds of each input (``check`` raises when it does
+    not; otherwise it says what became of the input, e.g. decoded, refused, an HTTP status)."""
 
     name: str
     strategy: st.SearchStrategy[Any]
-    check: Callable[[Any], None]
+    check: Callable[[Any], str]
 
 
 TARGETS = [

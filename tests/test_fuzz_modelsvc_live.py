@@ -1,0 +1,51 @@
+"""A real ``modelsvc serve`` fuzzed over HTTP and gRPC (issue 17, part 4): the protocol fuzzing's bodies and
+messages, and HTTP requests mangled in their request line, headers and framing (loadtests/_fuzz_live.py). No
+answer is a 500 or a gRPC INTERNAL/UNKNOWN, every HTTP error is ``{"error": ...}``, the server answers after each
+and logs no internal error. ``python -m loadtests.fuzz --modelsvc`` runs the same with many more examples."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import grpc
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from loadtests import _fuzz_live as live
+from loadtests._fuzz_protocol import Target
+from tests._server import ModelsvcProcess
+
+FUZZ = settings(
+    max_examples=int(os.environ.get("MODELSVC_FUZZ_LIVE_EXAMPLES", "40")),
+    deadline=None,
+    derandomize=bool(os.environ.get("CI")),
+    database=None,
+    suppress_health_check=list(HealthCheck),
+)
+
+
+@pytest.fixture(scope="module")
+def targets(server: ModelsvcProcess) -> Iterator[dict[str, Target]]:
+    running = live.Modelsvc(server.base, f"127.0.0.1:{server.grpc_port}", "identity", ("INPUT0",))
+    with httpx.Client(base_url=server.base, timeout=30) as client, grpc.insecure_channel(running.grpc_url) as channel:
+        yield {t.name.split(" (")[0]: t for t in live.modelsvc_targets(running, client, channel)}
+
+
+def _fuzz(target: Target) -> None:
+    @FUZZ
+    @given(target.strategy)
+    def run(case: object) -> None:
+        target.check(case)
+
+    run()
+
+
+@pytest.mark.parametrize(
+    "name", ["modelsvc HTTP infer bodies", "modelsvc HTTP raw requests", "modelsvc gRPC ModelInfer"]
+)
+def test_live_fuzzing(server: ModelsvcProcess, targets: dict[str, Target], name: str) -> None:
+    before = len(live.log_errors(server.log_path))
+    _fuzz(targets[name])
+    assert live.log_errors(server.log_path)[before:] == []
