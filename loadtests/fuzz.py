@@ -27,7 +27,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, seed, settings
 
-from . import _fuzz_protocol
+from . import _fuzz_h2, _fuzz_protocol
 from ._fuzz_protocol import Target
 
 _PROJECT = Path(__file__).resolve().parents[1]
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {target.name}: {outcomes[-1].examples} examples, {outcomes[-1].failures} failures",
                   file=sys.stderr, flush=True)  # fmt: skip
 
-    run_all(_fuzz_protocol.TARGETS)
+    run_all(_fuzz_protocol.TARGETS + _fuzz_h2.TARGETS)
     if args.modelsvc:
         with _live_modelsvc() as targets:
             run_all(targets)

@@ -1,8 +1,9 @@
 """Property-based fuzzing of the v2 decoders (issue 17, part 4): HTTP JSON and binary bodies, BYTES tensors, the gRPC
-server's ModelInferRequest decoding and its raw-input splitter, and the headers and paths the servers parse.
+server's ModelInferRequest decoding, its raw-input splitter and its HTTP/2 frame parser, and the headers and paths
+the servers parse.
 
 Each property: any input either decodes into consistent tensors or raises the protocol's invalid-input error;
-nothing else escapes (the strategies and checks are in loadtests/_fuzz_protocol.py, which ``python -m
+nothing else escapes (the strategies and checks are in loadtests/_fuzz_protocol.py and _fuzz_h2.py, which ``python -m
 loadtests.fuzz`` runs with many more examples). With CI set in the environment the examples are derandomized, so a
 CI run is reproducible. The inputs that broke the decoders once are kept as explicit examples.
 """
@@ -14,6 +15,7 @@ import os
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 
+from loadtests import _fuzz_h2
 from loadtests import _fuzz_protocol as fuzz
 from loadtests._fuzz_protocol import Body
 
@@ -114,6 +116,12 @@ def test_header_values(value: bytes) -> None:
 @given(fuzz.TARGETS[-1].strategy)
 def test_infer_path(path: str) -> None:
     fuzz.check_infer_target(path)
+
+
+@FUZZ
+@given(_fuzz_h2.frames())
+def test_grpc_h2_frames(case: _fuzz_h2.Frames) -> None:
+    _fuzz_h2.check_frames(case)
 
 
 def test_every_target_has_a_test() -> None:
