@@ -49,3 +49,25 @@ def test_live_fuzzing(server: ModelsvcProcess, targets: dict[str, Target], name:
     before = len(live.log_errors(server.log_path))
     _fuzz(targets[name])
     assert live.log_errors(server.log_path)[before:] == []
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        b"\x0b" * 100_000,  # field 1 as a group, opened 100,000 times: protobuf's own depth limit refuses it
+        b"\x2a\xff\xff\xff\xff\x0f",  # inputs (field 5) said to be 4 GiB long, in a message of 6 bytes
+        b"\x0a\x08identity\x2a" + b"\x2a\x02" * 1000,
+    ],
+)
+def test_grpc_message_that_does_not_parse(server: ModelsvcProcess, message: bytes) -> None:
+    """The gRPC side of the deep-nesting case: a ModelInfer message protobuf cannot parse is INTERNAL "Exception
+    deserializing request!", as grpcio's own server answers it (there is no JSON on gRPC to nest), and the server
+    keeps serving."""
+    with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
+        call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+        with pytest.raises(grpc.RpcError) as caught:
+            call(message, timeout=30)
+        assert caught.value.code() == grpc.StatusCode.INTERNAL
+        assert caught.value.details() == "Exception deserializing request!"
+        ready = channel.unary_unary("/inference.GRPCInferenceService/ServerLive")(b"", timeout=30)
+        assert ready == b"\x08\x01"  # ServerLiveResponse(live=True)
