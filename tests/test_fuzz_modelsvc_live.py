@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import grpc
 import httpx
@@ -64,10 +65,10 @@ def test_grpc_message_that_does_not_parse(server: ModelsvcProcess, message: byte
     deserializing request!", as grpcio's own server answers it (there is no JSON on gRPC to nest), and the server
     keeps serving."""
     with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
-        call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+        call: Any = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
         with pytest.raises(grpc.RpcError) as caught:
             call(message, timeout=30)
         assert caught.value.code() == grpc.StatusCode.INTERNAL
         assert caught.value.details() == "Exception deserializing request!"
-        ready = channel.unary_unary("/inference.GRPCInferenceService/ServerLive")(b"", timeout=30)
-        assert ready == b"\x08\x01"  # ServerLiveResponse(live=True)
+        live: Any = channel.unary_unary("/inference.GRPCInferenceService/ServerLive")
+        assert live(b"", timeout=30) == b"\x08\x01"  # ServerLiveResponse(live=True)
