@@ -102,9 +102,24 @@ class Call:
 
     case: Any
     mode: str
+    headers: dict[str, str]
+    """Deadline headers sent with it (logicd's Request-Timeout and grpc-timeout), valid or not."""
 
     def __repr__(self) -> str:
-        return f"{self.mode} {self.case.method} {self.case.path} body={self.case.body!r:.300}"
+        return f"{self.mode} {self.case.method} {self.case.path} headers={self.headers} body={self.case.body!r:.300}"
+
+
+_HEADER_TEXT = st.text(
+    st.characters(min_codepoint=0x20, max_codepoint=0xFF, exclude_characters="\x7f"), max_size=12
+).map(str.strip)  # requests refuses a value that starts with a space
+_VALID_DEADLINES = {  # long enough not to be a 504
+    "Request-Timeout": st.sampled_from(["30", "60.5", "100000", "45.000000001"]),
+    "grpc-timeout": st.sampled_from(["600S", "99999999H", "1M", "30000m"]),
+}
+_BAD_DEADLINES = st.one_of(
+    st.sampled_from(["0", "-1", "1e3", "nan", "inf", "1.", ".5", "1_0", "\xb2", "0S", "1s", "123456789S", ""]),
+    _HEADER_TEXT,
+)
 
 
 @st.composite
@@ -117,7 +132,11 @@ def _calls(draw: st.DrawFn, operation: Any, mode: GenerationMode, served: dict[s
         for key, value in served.items():  # a schema-valid body the service also takes, half of the time
             if key in case.body and draw(st.booleans()):
                 case.body[key] = value
-    return Call(case, mode.value)
+    headers: dict[str, str] = {}
+    for name, valid in _VALID_DEADLINES.items():
+        if draw(st.integers(0, 3)) == 3:  # (hypothesis draws 0 most: the usual case)
+            headers[name] = draw(_BAD_DEADLINES if draw(st.integers(0, 3)) == 3 else valid)  # a bad one: a 400
+    return Call(case, mode.value, headers)
 
 
 _FIELDS = {"documents", "top_k", "input", "model", "encoding_format", "dimensions", "user"}
@@ -134,7 +153,7 @@ def targets(service: str, base_url: str) -> list[Target]:
     success_checks = checks + _checks("content_type_conformance")  # a 4xx's problem+json is not documented yet
 
     def check(call: Call) -> str:
-        response = call.case.call(base_url=base_url, timeout=TIMEOUT_S)
+        response = call.case.call(base_url=base_url, headers=call.headers, timeout=TIMEOUT_S)
         call.case.validate_response(response, checks=success_checks if response.status_code < 300 else checks)
         problem_json(response.status_code, (response.headers.get("content-type") or [""])[0], response.content)
         return str(response.status_code)
