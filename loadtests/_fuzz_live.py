@@ -7,6 +7,7 @@ is not the protocol's); an HTTP error is Triton's ``{"error": "..."}``; and the 
 
 from __future__ import annotations
 
+import json
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,7 +20,7 @@ import httpx
 from hypothesis import strategies as st
 from tritonclient.grpc import service_pb2_grpc
 
-from ._fuzz_protocol import Body, Target, grpc_requests, http_bodies
+from ._fuzz_protocol import JSON_VALUES, Body, Target, grpc_requests, http_bodies
 from ._servers import ROOT, modelsvc_server
 
 _BAD_GRPC = (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)
@@ -105,6 +106,15 @@ def _status_line(address: tuple[str, int], data: bytes) -> bytes:
     return received.split(b"\r\n", 1)[0]
 
 
+CONTROL_BODIES = st.one_of(
+    JSON_VALUES.map(lambda v: json.dumps(v).encode()),
+    st.fixed_dictionaries({"ready": JSON_VALUES}).map(lambda v: json.dumps(v).encode()),
+    st.binary(max_size=40),
+    st.sampled_from([b'{"ready": "\xc0"}', b"[" * 100_000, b'{"ready": ' + b"[" * 5000 + b"]" * 5000 + b"}"]),
+)
+"""Bodies for the repository index: JSON of any shape, any bytes, bytes that are not UTF-8, deep nesting."""
+
+
 def modelsvc_targets(server: Modelsvc, client: httpx.Client, channel: grpc.Channel) -> list[Target]:
     """HTTP bodies, raw HTTP requests and gRPC messages against ``server``."""
     path = f"/v2/models/{server.model}/infer"
@@ -127,6 +137,9 @@ def modelsvc_targets(server: Modelsvc, client: httpx.Client, channel: grpc.Chann
         assert status < 500, line
         return str(status)
 
+    def index_body(body: bytes) -> str:
+        return _error_body(client.post("/v2/repository/index", content=body))
+
     def grpc_message(message: Any) -> str:
         try:
             stub.ModelInfer(message, timeout=30)
@@ -141,6 +154,7 @@ def modelsvc_targets(server: Modelsvc, client: httpx.Client, channel: grpc.Chann
         Target("modelsvc HTTP infer bodies (live)", bodies, http_body),
         Target("modelsvc HTTP raw requests (live)", _raw_requests(path, bodies), raw_request),
         Target("modelsvc gRPC ModelInfer (live)", grpc_requests(server.model, server.inputs), grpc_message),
+        Target("modelsvc HTTP repository index bodies (live)", CONTROL_BODIES, index_body),
     ]
 
 

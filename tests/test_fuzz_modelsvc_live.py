@@ -44,7 +44,13 @@ def _fuzz(target: Target) -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["modelsvc HTTP infer bodies", "modelsvc HTTP raw requests", "modelsvc gRPC ModelInfer"]
+    "name",
+    [
+        "modelsvc HTTP infer bodies",
+        "modelsvc HTTP raw requests",
+        "modelsvc gRPC ModelInfer",
+        "modelsvc HTTP repository index bodies",
+    ],
 )
 def test_live_fuzzing(server: ModelsvcProcess, targets: dict[str, Target], name: str) -> None:
     before = len(live.log_errors(server.log_path))
@@ -72,3 +78,18 @@ def test_grpc_message_that_does_not_parse(server: ModelsvcProcess, message: byte
         assert caught.value.details() == "Exception deserializing request!"
         live: Any = channel.unary_unary("/inference.GRPCInferenceService/ServerLive")
         assert live(b"", timeout=30) == b"\x08\x01"  # ServerLiveResponse(live=True)
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v2/repository/index", b'{"ready": "\xc0"}'),
+        ("/v2/repository/models/no_such_model/load", b'{"parameters": {"config": "\xff"}}'),
+        ("/v2/repository/models/no_such_model/unload", b'{"parameters": {"\xc0": true}}'),
+    ],
+)
+def test_control_body_not_utf8_is_a_400_naming_it(server: ModelsvcProcess, path: str, body: bytes) -> None:
+    """A 500 (msgspec's UnicodeDecodeError) before 7c6e1a0; the body is read before the model is looked up."""
+    response = httpx.post(f"{server.base}{path}", content=body, timeout=30)
+    assert response.status_code == 400, response.text
+    assert "not UTF-8" in response.json()["error"]
