@@ -47,7 +47,7 @@ from modelsvc.client import (
 from ._admission import SCOPE_DEADLINE, SCOPE_GATE, Admission, RouteGate
 from ._auth import auth_guard
 from ._config import ServiceConfig
-from ._docs import docs_handlers, openapi_config
+from ._docs import close_unknown_fields, docs_handlers, openapi_config, problem_responses
 from ._infer import Padding, infer_chunks
 from ._metrics import Metrics
 from ._service import Route, Service
@@ -447,6 +447,7 @@ def _route(route: Route, runtime: _Runtime, guard: Any) -> Any:
         operation_id=route.name,
         guards=[guard] if guard else None,
         middleware=[runtime.admission.middleware(route.path)],
+        responses=problem_responses(auth=guard is not None),
     )(endpoint)
 
 
@@ -475,9 +476,10 @@ def create_app(service: Service, config: ServiceConfig) -> Litestar:
     guard = auth_guard(config)
     handlers: list[Any] = [live, ready, metrics, *(_route(r, runtime, guard) for r in service.routes)]
     handlers += docs_handlers(title=config.name)  # /docs: Swagger UI served by the app itself, no CDN
+    request_types = [route.request_type for route in service.routes]
     return Litestar(
         route_handlers=handlers,
-        on_startup=[runtime.start],
+        on_startup=[runtime.start, lambda app: close_unknown_fields(app, request_types)],
         on_shutdown=[runtime.stop],
         exception_handlers={Exception: _on_error},
         request_max_body_size=config.limits.max_body_bytes,

@@ -25,15 +25,16 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from litestar import Request, Response, get
 from litestar.enums import MediaType
 from litestar.exceptions import NotFoundException
 from litestar.handlers import HTTPRouteHandler
-from litestar.openapi import OpenAPIConfig
+from litestar.openapi import OpenAPIConfig, ResponseSpec
 from litestar.openapi.plugins import JsonRenderPlugin
 from litestar.params import FromPath
 
-__all__ = ["docs_handlers", "openapi_config"]
+__all__ = ["Problem", "close_unknown_fields", "docs_handlers", "openapi_config", "problem_responses"]
 
 # The files of the Swagger UI distribution that the page uses, with their content types. Only these are served:
 # the distribution's own index.html and swagger-initializer.js would load a demo schema from another origin.
@@ -69,6 +70,72 @@ _SCRIPT = (
     'dom_id: "#swagger-ui", deepLinking: true, validatorUrl: null, queryConfigEnabled: false, '
     "presets: [SwaggerUIBundle.presets.apis]}}, {config}));"
 )
+
+
+class Problem(msgspec.Struct, omit_defaults=True):
+    """An error answer (RFC 9457 problem details), as every 4xx and 5xx of a service's routes is sent."""
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    """What is wrong, in words (the field or header it names, the limit it broke)."""
+    instance: str
+    """The request's path."""
+    field: str | None = None
+    """The request field at fault, when one is (``texts[2]``)."""
+    errors: list[dict[str, Any]] | None = None
+    """Each field that failed validation (400)."""
+
+
+#: what the routes of every service may answer besides 200, each as application/problem+json
+_PROBLEMS = {
+    400: "The body is not valid JSON, misses a field or has one of the wrong type, or a deadline header is malformed",
+    404: "The request names something the service does not have (a model, say)",
+    413: "The body is larger than limits.max_body_bytes, or too large for the model service",
+    422: "A field is well formed but its value is refused (an empty text, too many windows; `field` names it)",
+    429: "The service limits this caller's rate",
+    503: "At capacity (admission), or the model service is unavailable; see Retry-After",
+    504: "The caller's deadline (Request-Timeout or grpc-timeout) passed, or the model service was too slow",
+}
+
+
+def problem_responses(*, auth: bool) -> dict[int, ResponseSpec]:
+    """The OpenAPI responses of a service route besides its 200: problem+json, with 401 when auth is on."""
+    codes = dict(_PROBLEMS)
+    if auth:
+        codes[401] = "No API key or bearer token, or one that is not accepted"
+    return {
+        status: ResponseSpec(
+            data_container=Problem, description=text, media_type="application/problem+json", generate_examples=False
+        )
+        for status, text in sorted(codes.items())
+    }
+
+
+def _structs(types: list[Any]) -> dict[str, type[msgspec.Struct]]:
+    """The msgspec Structs among ``types`` and inside their fields, by name."""
+    found: dict[str, type[msgspec.Struct]] = {}
+    todo = list(types)
+    while todo:
+        kind = todo.pop()
+        if isinstance(kind, type) and issubclass(kind, msgspec.Struct) and kind.__name__ not in found:
+            found[kind.__name__] = kind
+            todo += [field.type for field in msgspec.structs.fields(kind)]
+        else:
+            todo += list(getattr(kind, "__args__", ()))  # list[Item], Item | None, Annotated[...]
+    return found
+
+
+def close_unknown_fields(app: Any, types: list[Any]) -> None:
+    """Mark ``additionalProperties: false`` in the OpenAPI document on every Struct of ``types`` (and of their
+    fields) that refuses unknown fields (``forbid_unknown_fields=True``), which Litestar leaves out: the document
+    then says what the route answers with a 400. Run once the routes are registered (at start-up)."""
+    closed = {name for name, kind in _structs(types).items() if kind.__struct_config__.forbid_unknown_fields}
+    components = app.openapi_schema.components
+    for schema in (components.schemas or {}).values() if components else ():
+        if getattr(schema, "title", None) in closed:
+            schema.additional_properties = False
 
 
 def openapi_config(title: str, version: str, *, path: str = "/schema", description: str | None = None) -> OpenAPIConfig:
