@@ -59,6 +59,19 @@ def proc_stats(pid: int) -> ProcStats:
     return ProcStats(rss_kib / 1024, fds, threads, _servers.tree_cpu_seconds(pid))
 
 
+def own_sockets() -> int:
+    """Sockets this process has open: the load generator's connections to the logic server (and a constant few of
+    asyncio's), each of which is one descriptor in the logic server; its idle keep-alive connections come and go
+    with the bursts of the load."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            count += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+        except OSError:
+            continue
+    return count
+
+
 def own_cpu_seconds() -> float:
     """This process's user + system CPU seconds (the load generator's cost)."""
     t = os.times()

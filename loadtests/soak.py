@@ -32,14 +32,22 @@ from loadtests._openloop import (
     request_bodies,
     write_json,
 )
-from loadtests._pair_procs import Pair, ProcStats, add_pair_arguments, check_pair_arguments, own_cpu_seconds, pair_from
+from loadtests._pair_procs import (
+    Pair,
+    ProcStats,
+    add_pair_arguments,
+    check_pair_arguments,
+    own_cpu_seconds,
+    own_sockets,
+    pair_from,
+)
 from loadtests._pair_procs import proc_stats as stats_of
 
 RSS_GROWTH_MAX = 0.05
 
 HEADER = [
-    "minute", "req/s", "ok", "errors", "p50 ms", "p99 ms",
-    "RSS MiB model", "RSS MiB logic", "fds model", "fds logic", "threads model", "threads logic", "gen CPU %",
+    "minute", "req/s", "ok", "errors", "p50 ms", "p99 ms", "RSS MiB model", "RSS MiB logic",
+    "fds model", "fds logic", "threads model", "threads logic", "gen conns", "gen CPU %",
 ]  # fmt: skip
 
 
@@ -51,6 +59,7 @@ class Interval:
     model: ProcStats
     logic: ProcStats
     gen_cpu_s: float
+    gen_sockets: int
 
     @property
     def ok(self) -> int:
@@ -62,7 +71,7 @@ class Interval:
             f"{self.end_s / 60:.2f}", f"{self.ok / self.seconds:.2f}", self.ok, len(self.records) - self.ok,
             ms(percentile(lat, 50)), ms(percentile(lat, 99)),
             f"{self.model.rss_mib:.0f}", f"{self.logic.rss_mib:.0f}", self.model.fds, self.logic.fds,
-            self.model.threads, self.logic.threads, f"{100 * self.gen_cpu_s / self.seconds:.1f}",
+            self.model.threads, self.logic.threads, self.gen_sockets, f"{100 * self.gen_cpu_s / self.seconds:.1f}",
         ]  # fmt: skip
 
     def as_dict(self) -> dict[str, Any]:
@@ -76,6 +85,7 @@ class Interval:
             "p50_ms": percentile(lat, 50) * 1000 if lat else None,
             "p99_ms": percentile(lat, 99) * 1000 if lat else None,
             "model": self.model.as_dict(), "logic": self.logic.as_dict(), "generator_cpu_s": self.gen_cpu_s,
+            "generator_sockets": self.gen_sockets,
         }  # fmt: skip
 
 
@@ -88,11 +98,22 @@ def verdicts(intervals: list[Interval]) -> list[tuple[str, bool, str]]:
         growth = (b.rss_mib - a.rss_mib) / a.rss_mib if a.rss_mib else 0.0
         out.append((f"{half}: RSS growth after the first interval < 5%", growth < RSS_GROWTH_MAX,
                     f"{a.rss_mib:.0f} -> {b.rss_mib:.0f} MiB ({100 * growth:+.1f}%)"))  # fmt: skip
-        out.append((f"{half}: no growth in open descriptors", b.fds <= a.fds, f"{a.fds} -> {b.fds}"))
+        if half == "model":
+            out.append((f"{half}: no growth in open descriptors", b.fds <= a.fds, f"{a.fds} -> {b.fds}"))
+        else:  # less one per connection the generator holds open to it
+            fa, fb = a.fds - first.gen_sockets, b.fds - last.gen_sockets
+            out.append((f"{half}: no growth in open descriptors, less the generator's connections", fb <= fa,
+                        f"{a.fds} - {first.gen_sockets} -> {b.fds} - {last.gen_sockets}"))  # fmt: skip
         out.append((f"{half}: no growth in threads", b.threads <= a.threads, f"{a.threads} -> {b.threads}"))
     errors = sum(len(i.records) - i.ok for i in intervals)
     total = sum(len(i.records) for i in intervals)
-    out.append(("no errors", errors == 0 and total > 0, f"{errors} of {total} requests"))
+    kinds: dict[str, int] = {}
+    for i in intervals:
+        for kind, n in i.as_dict()["errors"].items():
+            kinds[kind] = kinds.get(kind, 0) + n
+    what = ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items()))
+    figures = f"{errors} of {total} requests" + (f": {what}" if what else "")
+    out.append(("no errors", errors == 0 and total > 0, figures))
     return out
 
 
@@ -118,7 +139,7 @@ async def soak(pair: Pair, generator: OpenLoop, rate: float, seconds: float, int
         cpu_now = own_cpu_seconds()
         length = end - (k - 1) * interval_s
         intervals.append(Interval(max(now, end) if last else end, length, mine, stats_of(pair.model_pid),
-                                  stats_of(pair.logic_pid), cpu_now - cpu))  # fmt: skip
+                                  stats_of(pair.logic_pid), cpu_now - cpu, own_sockets()))  # fmt: skip
         cpu = cpu_now
         print(markdown_table(HEADER, [intervals[-1].row()]).splitlines()[-1], flush=True)
         if last:
