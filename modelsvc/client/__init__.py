@@ -23,6 +23,7 @@ from ._errors import (
     Timeout,
 )
 from ._model import AsyncModel, Model
+from ._replicas import ReplicaState
 from ._retry import NO_RETRY, RetryBudget, RetryPolicy
 
 __all__ = [
@@ -41,6 +42,7 @@ __all__ = [
     "PayloadTooLarge",
     "ProtocolError",
     "QueueFull",
+    "ReplicaState",
     "RetryBudget",
     "RetryPolicy",
     "ServerError",

@@ -16,6 +16,7 @@ from ._core import Attempts, InferResult, ModelMetadata, tensor_count, to_tensor
 from ._deadline import call_timeout, with_timeout_parameter
 from ._errors import ClientError, ModelNotFound
 from ._model import AsyncModel, Model
+from ._replicas import AsyncReplicaTransport, ReplicaState, Resolver
 from ._retry import RetryBudget, RetryPolicy
 from ._tracing import client_span
 from ._transport import AsyncTransport, Transport
@@ -45,6 +46,33 @@ def _binding(
         target = url.split("://", 1)[1]
         return (AsyncGrpcTransport if asynchronous else GrpcTransport)(target, headers=headers)
     raise ValueError(f"unknown scheme {scheme!r} in {url!r}: use http://, https:// or grpc://")
+
+
+def _replicas(
+    url: str | Sequence[str],
+    discovery: str,
+    resolve: Resolver | None,
+    binary: bool | None,
+    max_connections: int,
+    headers: Mapping[str, str] | None,
+    transport: Any,
+) -> AsyncTransport:
+    """One binding over several replicas (a list of URLs, or one URL resolved by DNS)."""
+
+    def make(u: str) -> AsyncTransport:
+        binding: AsyncTransport = _binding(u, True, binary, max_connections, headers, transport)
+        return binding
+
+    if discovery == "dns":
+        if not isinstance(url, str):
+            raise ValueError("discovery='dns' takes one URL, whose host name resolves to the replicas")
+        return AsyncReplicaTransport(make, dns=url, resolve=resolve)
+    urls = list(url)
+    if not urls:
+        raise ValueError("give at least one model-service URL")
+    if len(urls) == 1:  # one replica: the plain binding, as for a string
+        return make(urls[0])
+    return AsyncReplicaTransport(make, urls)
 
 
 class _Common:
@@ -176,7 +204,7 @@ class AsyncClient:
 
     def __init__(
         self,
-        url: str = "localhost:8000",
+        url: str | Sequence[str] = "localhost:8000",
         *,
         timeout: float | None = DEFAULT_TIMEOUT_S,
         retry: RetryPolicy | None = None,
@@ -186,10 +214,23 @@ class AsyncClient:
         headers: Mapping[str, str] | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         binding: AsyncTransport | None = None,
+        discovery: str = "none",
+        resolve: Resolver | None = None,
     ) -> None:
-        """``binding`` replaces the URL's protocol binding with one of your own (an in-process engine, say)."""
+        """``binding`` replaces the URL's protocol binding with one of your own (an in-process engine, say).
+
+        Several replicas of one model service: a list of URLs, or one URL with ``discovery="dns"`` (every
+        address its host name resolves to, resolved again every few seconds; ``resolve`` replaces the
+        resolver). Calls then go to the least busy replica and fail over (see ``_replicas``)."""
         self._c = _Common(timeout, retry, budget)
-        self._t: AsyncTransport = binding or _binding(url, True, binary, max_connections, headers, transport)
+        if discovery not in ("none", "dns"):
+            raise ValueError(f"discovery must be 'none' or 'dns', got {discovery!r}")
+        if binding is not None:
+            self._t: AsyncTransport = binding
+        elif isinstance(url, str) and discovery == "none":
+            self._t = _binding(url, True, binary, max_connections, headers, transport)
+        else:
+            self._t = _replicas(url, discovery, resolve, binary, max_connections, headers, transport)
         self._loop: asyncio.AbstractEventLoop | None = None
 
     async def _call(self, op: Callable[[float | None], Awaitable[T]], timeout: float | None = None) -> T:
@@ -279,6 +320,10 @@ class AsyncClient:
                 raise
             span.record(batch_size=tensor_count(tensors), bytes_sent=sent, bytes_received=received)
             return result
+
+    def replicas(self) -> list[ReplicaState]:
+        """The replicas' state (URL, calls outstanding, ejected); empty for a single model service."""
+        return self._t.states() if isinstance(self._t, AsyncReplicaTransport) else []
 
     async def close(self) -> None:
         await self._t.close()

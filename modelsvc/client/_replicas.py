@@ -1,0 +1,305 @@
+"""Several replicas of one model service behind one ``AsyncTransport``.
+
+    AsyncClient(["http://10.0.0.5:8000", "http://10.0.0.6:8000"])      # a fixed list
+    AsyncClient("http://models-headless:8000", discovery="dns")         # every address the name resolves to
+
+Each replica is its own protocol binding. A call goes to the replica with the fewest calls outstanding (ties at
+random). A replica that cannot be reached (``ConnectError``, ``ConnectionLost``) or answers 503
+(``ServerUnavailable``, not ``QueueFull``) is ejected and the call goes at once to another one, within the
+call's time left (no backoff; the client's retry policy never sees these failovers). A background probe on the
+event loop asks each ejected replica ``ready()`` every ``probe_interval_s`` and readmits it when it answers true.
+When every replica is ejected they are tried anyway. ``Timeout`` and 4xx answers are not failed over.
+
+With DNS discovery the host name is resolved again every ``resolve_interval_s`` (a headless Service's pods get
+new addresses in a rolling update): new addresses become replicas, gone ones are removed (calls in flight to
+them finish, then their binding closes). ``https://`` with DNS discovery connects to each address by IP, so the
+certificate must name the IP addresses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import socket
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+from ..protocol import Tensor
+from ._core import InferResult
+from ._errors import ClientError, ConnectError, ConnectionLost, QueueFull, ServerUnavailable
+from ._transport import AsyncTransport
+
+__all__ = ["AsyncReplicaTransport", "ReplicaState", "Resolver", "resolve_host"]
+
+logger = logging.getLogger("modelsvc.client.replicas")
+T = TypeVar("T")
+Resolver = Callable[[str, int], Awaitable[Sequence[str]]]
+"""``(host, port) -> addresses``: how DNS discovery resolves the name (``resolve_host`` by default)."""
+
+_FAILOVER = (ConnectError, ConnectionLost, ServerUnavailable)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaState:
+    """One replica as the client sees it now (for /metrics and readiness)."""
+
+    url: str
+    outstanding: int
+    """Calls sent to it and not yet answered."""
+    ejected: bool
+    """Taken out after a connection failure or a 503; back when its ready probe answers true."""
+    calls: int
+    """Calls sent to it so far."""
+    failures: int
+    """Calls it failed at the connection level or with a 503."""
+
+
+class _Replica:
+    __slots__ = ("binding", "calls", "ejected", "failures", "outstanding", "removed", "url")
+
+    def __init__(self, url: str, binding: AsyncTransport) -> None:
+        self.url = url
+        self.binding = binding
+        self.outstanding = 0
+        self.calls = 0
+        self.failures = 0
+        self.ejected = False
+        self.removed = False
+
+
+async def resolve_host(host: str, port: int) -> list[str]:
+    """Every address ``host`` resolves to (IPv4 and IPv6, TCP), in the resolver's order, without repeats."""
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+
+def _with_host(url: str, address: str) -> str:
+    parts = urlsplit(url)
+    host = f"[{address}]" if ":" in address else address
+    netloc = f"{host}:{parts.port}" if parts.port is not None else host
+    return parts._replace(netloc=netloc).geturl()
+
+
+def _scheme(url: str) -> str:
+    return url.split("://", 1)[0].lower() if "://" in url else "http"
+
+
+class AsyncReplicaTransport:
+    """An ``AsyncTransport`` over several replicas: least outstanding, ejection, failover, probes, DNS."""
+
+    def __init__(
+        self,
+        make: Callable[[str], AsyncTransport],
+        urls: Sequence[str] = (),
+        *,
+        dns: str | None = None,
+        resolve: Resolver | None = None,
+        probe_interval_s: float = 0.3,
+        probe_timeout_s: float = 1.0,
+        resolve_interval_s: float = 5.0,
+    ) -> None:
+        """``make`` builds the binding of one replica's URL. Give ``urls`` (a fixed list) or ``dns`` (a URL
+        whose host name is resolved to the replicas' addresses), not both."""
+        if (dns is None) == (not urls):
+            raise ValueError("give a list of replica URLs or one URL to resolve (dns=), not both")
+        self._make = make
+        self._dns = dns
+        self._resolve: Resolver = resolve or resolve_host
+        self.probe_interval_s = probe_interval_s
+        self.probe_timeout_s = probe_timeout_s
+        self.resolve_interval_s = resolve_interval_s
+        self._replicas: list[_Replica] = []
+        self._task: asyncio.Task[None] | None = None
+        self._starting = asyncio.Lock()
+        self._started = False
+        self._closing: set[asyncio.Task[None]] = set()
+        if dns is not None:
+            parts = urlsplit(dns if "://" in dns else f"http://{dns}")
+            if not parts.hostname:
+                raise ValueError(f"no host name to resolve in {dns!r}")
+            self._host = parts.hostname
+            self._port = parts.port or (443 if parts.scheme == "https" else 80)
+            self.scheme = _scheme(dns)
+            self.server = f"{self._host}:{self._port}"
+        else:
+            schemes = {_scheme(u) for u in urls}
+            if len(schemes) > 1:
+                raise ValueError(f"replicas must share one scheme, got {sorted(schemes)}")
+            if len(set(urls)) != len(urls):
+                raise ValueError(f"a replica URL is listed twice: {list(urls)}")
+            self.scheme = schemes.pop()
+            self._replicas = [_Replica(u, make(u)) for u in urls]
+            self.server = ",".join(r.binding.server for r in self._replicas)
+
+    # -- state ------------------------------------------------------------------------------------
+    def states(self) -> list[ReplicaState]:
+        return [ReplicaState(r.url, r.outstanding, r.ejected, r.calls, r.failures) for r in self._replicas]
+
+    # -- start, discovery and probes --------------------------------------------------------------
+    async def _start(self) -> None:
+        if self._started:
+            return
+        async with self._starting:
+            if self._task is not None:  # another call started it while this one waited
+                return
+            if self._dns is not None:
+                try:
+                    await self._discover()
+                except OSError as exc:
+                    raise ConnectError(f"cannot resolve {self._host!r} to model-service replicas: {exc}") from exc
+            self._task = asyncio.get_running_loop().create_task(self._background(), name="modelsvc-replicas")
+            self._started = True
+
+    async def _discover(self) -> None:
+        """Resolve the name once; add new addresses, remove gone ones (an empty answer changes nothing)."""
+        assert self._dns is not None
+        addresses = await self._resolve(self._host, self._port)
+        if not addresses:
+            return
+        wanted = {_with_host(self._dns, a) for a in addresses}
+        have = {r.url for r in self._replicas}
+        for url in [_with_host(self._dns, a) for a in addresses]:
+            if url not in have:
+                logger.info("replica added: %s", url)
+                self._replicas.append(_Replica(url, self._make(url)))
+                have.add(url)
+        for gone in [r for r in self._replicas if r.url not in wanted]:
+            logger.info("replica removed: %s", gone.url)
+            self._replicas.remove(gone)
+            gone.removed = True
+            if gone.outstanding == 0:
+                await gone.binding.close()
+
+    async def _background(self) -> None:
+        next_resolve = time.monotonic() + self.resolve_interval_s
+        while True:
+            await asyncio.sleep(self.probe_interval_s)
+            ejected = [r for r in self._replicas if r.ejected]
+            if ejected:
+                await asyncio.gather(*(self._probe(r) for r in ejected))
+            if self._dns is not None and time.monotonic() >= next_resolve:
+                next_resolve = time.monotonic() + self.resolve_interval_s
+                try:
+                    await self._discover()
+                except OSError as exc:  # keep the replicas known; try again next time
+                    logger.warning("cannot resolve %r: %s", self._host, exc)
+
+    async def _probe(self, replica: _Replica) -> None:
+        try:
+            ready = await replica.binding.ready(self.probe_timeout_s)
+        except ClientError:
+            return
+        if ready and replica.ejected:
+            logger.info("replica readmitted: %s", replica.url)
+            replica.ejected = False
+
+    def _eject(self, replica: _Replica, why: object) -> None:
+        replica.failures += 1
+        if not replica.ejected:
+            logger.warning("replica ejected: %s (%s)", replica.url, why)
+            replica.ejected = True
+
+    # -- choosing and failing over ----------------------------------------------------------------
+    def _pick(self, tried: set[_Replica]) -> _Replica | None:
+        """The admitted replica with the fewest calls outstanding (ties at random); an ejected one only when
+        none is admitted; None when all were tried."""
+        left = [r for r in self._replicas if r not in tried]
+        admitted = [r for r in left if not r.ejected]
+        pool = admitted or left
+        if not pool:
+            return None
+        least = min(r.outstanding for r in pool)
+        return random.choice([r for r in pool if r.outstanding == least])
+
+    def _release(self, replica: _Replica) -> None:
+        replica.outstanding -= 1
+        if replica.removed and replica.outstanding == 0:
+            task = asyncio.get_running_loop().create_task(replica.binding.close())
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+
+    async def _run(self, op: Callable[[AsyncTransport, float | None], Awaitable[T]], timeout: float | None) -> T:
+        await self._start()
+        end = None if timeout is None else time.monotonic() + timeout
+        tried: set[_Replica] = set()
+        last: ClientError | None = None
+        while True:
+            replica = self._pick(tried)
+            if replica is None:
+                raise last or ConnectError(f"no model-service replica known for {self.server}")
+            left = None if end is None else end - time.monotonic()
+            if left is not None and left <= 0:
+                raise last or ConnectError(f"no time left to reach a replica of {self.server}")
+            replica.outstanding += 1
+            replica.calls += 1
+            try:
+                return await op(replica.binding, left)
+            except _FAILOVER as exc:
+                if isinstance(exc, QueueFull):  # overloaded, not gone: the retry policy decides
+                    raise
+                self._eject(replica, exc)
+                tried.add(replica)
+                last = exc
+            finally:
+                self._release(replica)
+
+    # -- AsyncTransport ---------------------------------------------------------------------------
+    async def live(self, timeout: float | None) -> bool:
+        return await self._run(lambda b, t: b.live(t), timeout)
+
+    async def ready(self, timeout: float | None) -> bool:
+        """True while at least one replica is ready; a replica that answers not ready is ejected."""
+
+        async def one(binding: AsyncTransport, t: float | None) -> bool:
+            if await binding.ready(t):
+                return True
+            raise ServerUnavailable(f"{binding.server} is not ready", status=503)
+
+        try:
+            return await self._run(one, timeout)
+        except ServerUnavailable:
+            return False
+
+    async def model_ready(self, name: str, version: str | None, timeout: float | None) -> bool:
+        return await self._run(lambda b, t: b.model_ready(name, version, t), timeout)
+
+    async def server_metadata(self, timeout: float | None) -> dict[str, Any]:
+        return await self._run(lambda b, t: b.server_metadata(t), timeout)
+
+    async def model_metadata(self, name: str, version: str | None, timeout: float | None) -> dict[str, Any]:
+        return await self._run(lambda b, t: b.model_metadata(name, version, t), timeout)
+
+    async def model_config(self, name: str, version: str | None, timeout: float | None) -> dict[str, Any]:
+        return await self._run(lambda b, t: b.model_config(name, version, t), timeout)
+
+    async def infer(
+        self,
+        model: str,
+        version: str | None,
+        tensors: Sequence[Tensor],
+        outputs: Sequence[str] | None,
+        request_id: str | None,
+        parameters: Mapping[str, Any] | None,
+        headers: dict[str, str],
+        timeout: float | None,
+    ) -> tuple[InferResult, int, int]:
+        return await self._run(
+            lambda b, t: b.infer(model, version, tensors, outputs, request_id, parameters, headers, t), timeout
+        )
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        replicas, self._replicas = self._replicas, []
+        for r in replicas:
+            await r.binding.close()
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
