@@ -41,7 +41,8 @@ _EXAMPLE = """\
 name: sentiment                        # DNS-1123 label: a-z, 0-9, '-'; at most 63 characters
 service: sentiment.service:service     # import path of the service object, package.module:attribute
 model_service:
-  url: grpc://sentiment-model:8001     # http(s)://host:port, grpc://host:port, or `embedded`
+  url: grpc://sentiment-model:8001     # http(s)://host:port, grpc://host:port, a list of them, or `embedded`
+  discovery: none                      # `dns`: url's host resolves to every replica (headless Service)
   timeout_s: 30                        # per model call
   retries: 2                           # tries after the first, within the client's retry budget
   model_repository: ./model_repository # required when url is `embedded`; relative to this file
@@ -120,11 +121,16 @@ class ModelRef(_Section, frozen=True, kw_only=True):
 
 
 class ModelServiceConfig(_Section, frozen=True, kw_only=True):
-    """Where the models run: a model service reached over the network, or ``embedded`` in this process."""
+    """Where the models run: a model service reached over the network (one or several replicas), or
+    ``embedded`` in this process."""
 
-    url: str
+    url: str | list[str]
     """``http://host:port``, ``https://…`` or ``grpc://host:port`` of a v2 (Triton-compatible) model
-    service, or ``embedded`` to run modelsvc in the logic server's process."""
+    service, a list of such URLs (replicas of one model service, one scheme), or ``embedded`` to run modelsvc
+    in the logic server's process."""
+    discovery: Literal["none", "dns"] = "none"
+    """``dns``: ``url``'s host name resolves to every replica (a Kubernetes headless Service); it is resolved
+    again every few seconds. ``none``: ``url`` names the replicas."""
     timeout_s: Annotated[float, msgspec.Meta(gt=0)] = 30.0
     """Seconds one model call may take, retries included."""
     retries: Annotated[int, msgspec.Meta(ge=0)] = 2
@@ -139,20 +145,42 @@ class ModelServiceConfig(_Section, frozen=True, kw_only=True):
         """Whether the models run in this process."""
         return self.url == EMBEDDED
 
+    @property
+    def urls(self) -> list[str]:
+        """``url`` as a list."""
+        return [self.url] if isinstance(self.url, str) else list(self.url)
+
     def __post_init__(self) -> None:
         if self.embedded:
             if self.model_repository is None:
                 raise FieldError("model_repository", "required when url is 'embedded'", ("url",))
             if not self.model_repository.is_dir():
                 raise FieldError("model_repository", f"not a directory: {self.model_repository}")
+            if self.discovery != "none":
+                raise FieldError("discovery", "must be 'none' when url is 'embedded'", ("url",))
             return
-        try:
-            parts = urlsplit(self.url)
-            port_ok = parts.port is not None or parts.scheme != "grpc"
-        except ValueError:
-            parts, port_ok = None, False
-        if parts is None or parts.scheme not in {"http", "https", "grpc"} or not parts.hostname or not port_ok:
-            raise FieldError("url", f"must be http(s)://host[:port], grpc://host:port or 'embedded', got {self.url!r}")
+        urls = self.urls
+        if not urls:
+            raise FieldError("url", "an empty list: give at least one model-service URL")
+        for url in urls:
+            _check_url(url, embedded_ok=isinstance(self.url, str))
+        if len(set(urls)) != len(urls):
+            raise FieldError("url", f"a URL is listed twice: {urls}")
+        if len({u.split("://", 1)[0] for u in urls}) > 1:
+            raise FieldError("url", f"the replicas must share one scheme, got {urls}")
+        if self.discovery == "dns" and len(urls) != 1:
+            raise FieldError("discovery", "'dns' takes one url, whose host name resolves to the replicas", ("url",))
+
+
+def _check_url(url: str, embedded_ok: bool) -> None:
+    try:
+        parts = urlsplit(url)
+        port_ok = parts.port is not None or parts.scheme != "grpc"
+    except ValueError:
+        parts, port_ok = None, False
+    if parts is None or parts.scheme not in {"http", "https", "grpc"} or not parts.hostname or not port_ok:
+        also = " or 'embedded'" if embedded_ok else ""
+        raise FieldError("url", f"must be http(s)://host[:port], grpc://host:port{also}, got {url!r}")
 
 
 class TokenizerConfig(_Section, frozen=True, kw_only=True):
