@@ -350,12 +350,40 @@ def test_without_service_yaml_the_image_copy_is_used(renderer: Renderer) -> None
 
 @pytest.mark.parametrize(("values_set", "url"), [(None, "http://{}:8000"), ("image-values.yaml", "grpc://{}:8001")])
 def test_logic_points_at_the_model_service(renderer: Renderer, values_set: str | None, url: str) -> None:
+    """By default through the headless Service with DNS discovery; with logic.modelDiscovery=none through the
+    normal Service (and no headless one is rendered)."""
     docs = render_set(renderer, values_set)
-    model_service = one(docs, "Service", "model")
+    headless = one(docs, "Service", "model-headless")
     env = {e["name"]: e.get("value") for e in container(docs, "logic")["env"]}
-    assert env["LOGICD_MODEL_SERVICE__URL"] == url.format(model_service["metadata"]["name"])
+    assert env["LOGICD_MODEL_SERVICE__URL"] == url.format(headless["metadata"]["name"])
+    assert env["LOGICD_MODEL_SERVICE__DISCOVERY"] == "dns"
+    model_service = one(docs, "Service", "model")
     ports = {p["name"]: p["port"] for p in model_service["spec"]["ports"]}
     assert ports == {"http": 8000, "grpc": 8001, "metrics": 8002}
+
+    docs = render_set(renderer, values_set, "--set", "logic.modelDiscovery=none")
+    assert not [d for d in of_kind(docs, "Service") if d["metadata"]["name"].endswith("-headless")]
+    env = {e["name"]: e.get("value") for e in container(docs, "logic")["env"]}
+    assert env["LOGICD_MODEL_SERVICE__URL"] == url.format(one(docs, "Service", "model")["metadata"]["name"])
+    assert env["LOGICD_MODEL_SERVICE__DISCOVERY"] == "none"
+
+
+def test_the_headless_service_resolves_to_the_ready_model_pods(renderer: Renderer) -> None:
+    """clusterIP None: its name answers each ready pod's address (not-ready pods are left out), for the logic
+    server to balance over; it selects the model pods and names their ports."""
+    docs = render_set(renderer, None)
+    headless = one(docs, "Service", "model-headless")
+    validate(headless)
+    assert headless["metadata"]["name"] == one(docs, "Service", "model")["metadata"]["name"] + "-headless"
+    assert headless["spec"]["clusterIP"] == "None"
+    assert headless["spec"]["publishNotReadyAddresses"] is False
+    template = one(docs, "Deployment", "model")["spec"]["template"]
+    assert headless["spec"]["selector"].items() <= template["metadata"]["labels"].items()
+    port_names = {p["name"] for p in template["spec"]["containers"][0]["ports"]}
+    assert {p["targetPort"] for p in headless["spec"]["ports"]} <= port_names
+    bad = renderer.run("--set", "logic.modelDiscovery=srv")
+    assert bad.returncode != 0
+    assert "modelDiscovery" in bad.stderr
 
 
 @pytest.mark.parametrize("values_set", VALUES_SETS)
@@ -662,12 +690,12 @@ def _exported_metric_names() -> set[str]:
     """Metric names the two servers really export (modelsvc's nv_* families; logicd's registry)."""
     from prometheus_client import generate_latest
 
-    from logicd._app import _Metrics
+    from logicd._metrics import Metrics
     from modelsvc.server import _metrics
 
     names = {name for name, _, _ in _metrics._COUNTERS}
     names |= set(re.findall(r'"(nv_inference_pending_request_count)"', Path(_metrics.__file__).read_text()))
-    registry = _Metrics()
+    registry = Metrics()
     registry.requests.labels("/v1/x", "200").inc()
     exposition = generate_latest(registry.registry).decode()
     names |= set(re.findall(r"^(logicd_\w+?)(?:_bucket|_count|_sum|_created)?\{", exposition, re.M))

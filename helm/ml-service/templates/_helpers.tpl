@@ -147,12 +147,19 @@ preStop:
 {{- if or (eq $enabled "true") (and (eq $enabled "auto") (eq .Values.model.server "triton")) }}true{{ end }}
 {{- end }}
 
-{{/* The URL the logic server calls the model service at (same namespace: the short name resolves). */}}
+{{/* The headless Service of the model pods (clusterIP: None): its DNS name answers every ready pod's address. */}}
+{{- define "ml-service.modelHeadlessName" -}}
+{{- printf "%s-headless" (include "ml-service.modelName" . | trunc 54 | trimSuffix "-") }}
+{{- end }}
+
+{{/* The URL the logic server calls the model service at (same namespace: the short name resolves). With
+     logic.modelDiscovery dns it names the headless Service, whose name the logic server resolves to the pods. */}}
 {{- define "ml-service.modelUrl" -}}
+{{- $host := ternary (include "ml-service.modelHeadlessName" .) (include "ml-service.modelName" .) (eq .Values.logic.modelDiscovery "dns") }}
 {{- if eq .Values.logic.modelProtocol "grpc" }}
-{{- printf "grpc://%s:8001" (include "ml-service.modelName" .) }}
+{{- printf "grpc://%s:8001" $host }}
 {{- else }}
-{{- printf "http://%s:8000" (include "ml-service.modelName" .) }}
+{{- printf "http://%s:8000" $host }}
 {{- end }}
 {{- end }}
 
