@@ -139,9 +139,20 @@ def urls(replicas: Sequence[Replica]) -> list[str]:
     return [r.base for r in replicas]
 
 
-async def test_kill_9_fails_no_call_and_the_restarted_replica_is_readmitted(pair: list[Replica]) -> None:
+def grpc_urls(replicas: Sequence[Replica]) -> list[str]:
+    return [f"grpc://127.0.0.1:{r.grpc_port}" for r in replicas]
+
+
+@pytest.mark.parametrize("scheme", ["http", "grpc"])
+async def test_kill_9_fails_no_call_and_the_restarted_replica_is_readmitted(pair: list[Replica], scheme: str) -> None:
     a, b = pair
-    async with AsyncClient(urls(pair)) as client:
+    listed = urls(pair) if scheme == "http" else grpc_urls(pair)
+
+    def state(client: AsyncClient, replica: Replica) -> ReplicaState:
+        (found,) = [s for s in client.replicas() if s.url == listed[pair.index(replica)]]
+        return found
+
+    async with AsyncClient(listed) as client:
         load = Load(client)
         await until(lambda: state(client, a).calls > 20 and state(client, b).calls > 20)
         a.kill()
