@@ -14,7 +14,7 @@ import pytest
 
 from logicd import load_config
 from logicd._config import ConfigError, ModelServiceConfig
-from logicd._model_client import model_client
+from logicd._model_client import ReplicaCollector, model_client
 from modelsvc.client import RetryPolicy
 from tests._server import LogicdProcess
 from tests.test_client_replicas import Replica, repository, until
@@ -95,6 +95,27 @@ def test_url_takes_a_list_and_discovery(tmp_path: Path) -> None:
     assert client._t.server == "models-headless:8000"
     client = model_client(ModelServiceConfig(url=["http://a:1", "http://b:1"]), RetryPolicy())
     assert [s.url for s in client.replicas()] == ["http://a:1", "http://b:1"]
+
+
+async def test_replica_metrics(pair: list[Replica]) -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    a = pair[1]  # the other one is killed in the last test
+    client = model_client(ModelServiceConfig(url=[a.base, "http://127.0.0.1:1"]), RetryPolicy(attempts=1))
+    registry = CollectorRegistry()
+    registry.register(ReplicaCollector(client))
+    async with client:
+        for _ in range(10):
+            await client.server_metadata()  # the dead one is taken out on its first call, the rest go to a
+        text = generate_latest(registry).decode()
+    assert f'logicd_model_replica_calls_total{{replica="{a.base}"}}' in text
+    assert 'logicd_model_replica_ejected{replica="http://127.0.0.1:1"} 1.0' in text
+    assert 'logicd_model_replica_failures_total{replica="http://127.0.0.1:1"} 1.0' in text
+    assert f'logicd_model_replica_ejected{{replica="{a.base}"}} 0.0' in text
+    assert f'logicd_model_replica_outstanding{{replica="{a.base}"}} 0.0' in text
+    single = CollectorRegistry()
+    single.register(ReplicaCollector(model_client(ModelServiceConfig(url=a.base), RetryPolicy())))
+    assert "replica" not in generate_latest(single).decode()
 
 
 @pytest.mark.parametrize(
