@@ -1,0 +1,179 @@
+"""Several model-service replicas behind one AsyncClient (issue 17, part 2): calls, errors, latency and each
+replica's share, closed loop, in four phases on real ``modelsvc serve`` processes of a python echo model.
+
+    python -m loadtests.replicas [--seconds 3] [--concurrency 8] [--slow-ms 20]
+
+Phases: one URL (the plain client, the baseline); two replicas; two replicas, one slow (its model sleeps
+``--slow-ms`` per batch); two replicas, one killed with SIGKILL a third of the way in (what the survivor takes,
+and what the failover costs the calls in flight). Prints a markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+from loadtests._servers import die_with_parent, free_port
+from modelsvc.client import AsyncClient
+
+MODEL = """
+import time
+import triton_python_backend_utils as pb_utils
+
+SLEEP_S = {sleep}
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        if SLEEP_S:
+            time.sleep(SLEEP_S)
+        return [
+            pb_utils.InferenceResponse([pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())])
+            for r in requests
+        ]
+"""
+
+CONFIG = """
+name: "echo"
+backend: "python"
+max_batch_size: 8
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
+"""
+
+
+def _repository(root: Path, sleep_s: float) -> Path:
+    (root / "echo" / "1").mkdir(parents=True)
+    (root / "echo" / "1" / "model.py").write_text(MODEL.format(sleep=sleep_s))
+    (root / "echo" / "config.pbtxt").write_text(CONFIG)
+    return root
+
+
+class _Server:
+    def __init__(self, repo: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        argv = [
+            sys.executable, "-m", "modelsvc", "serve", "--model-repository", str(repo),
+            "--http-address", "127.0.0.1", "--http-port", str(self.port),
+            "--grpc-port", str(free_port()), "--metrics-port", str(free_port()),
+        ]  # fmt: skip
+        self.proc = subprocess.Popen(
+            argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=die_with_parent
+        )
+
+    def wait_ready(self, timeout_s: float = 60.0) -> None:
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"modelsvc on {self.url} exited with {self.proc.returncode}")
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(f"{self.url}/v2/health/ready", timeout=1).status_code == 200:
+                    return
+            time.sleep(0.05)
+        raise RuntimeError(f"modelsvc on {self.url} not ready after {timeout_s} s")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@contextlib.contextmanager
+def _servers(slow_s: float) -> Iterator[tuple[_Server, _Server, _Server]]:
+    with tempfile.TemporaryDirectory() as tmp:
+        fast, slow = _repository(Path(tmp) / "fast", 0.0), _repository(Path(tmp) / "slow", slow_s)
+        started = (_Server(fast), _Server(fast), _Server(slow))
+        try:
+            for s in started:
+                s.wait_ready()
+            yield started
+        finally:
+            for s in started:
+                s.stop()
+
+
+async def _phase(
+    name: str, url: str | list[str], seconds: float, concurrency: int, kill: _Server | None = None
+) -> list[str]:
+    latencies: list[float] = []
+    errors = 0
+    end = time.monotonic() + seconds
+
+    async def send(client: AsyncClient, i: int) -> None:
+        nonlocal errors
+        value = np.array([[float(i)]], np.float32)
+        while time.monotonic() < end:
+            start = time.perf_counter()
+            try:
+                await client.infer("echo", {"IN": value}, timeout=10.0)
+                latencies.append(time.perf_counter() - start)
+            except Exception:  # counted: the point of the run
+                errors += 1
+
+    async with AsyncClient(url) as client:
+        await client.server_ready()  # connections and, for replicas, the probe started
+        tasks = [asyncio.create_task(send(client, i)) for i in range(concurrency)]
+        if kill is not None:
+            await asyncio.sleep(seconds / 3)
+            kill.proc.kill()
+        await asyncio.gather(*tasks)
+        states = client.replicas()
+    total = sum(s.calls for s in states) or 1
+    share = " / ".join(f"{100 * s.calls / total:.0f}%" for s in states) if states else "-"
+    ms = np.array(latencies) * 1000 if latencies else np.zeros(1)
+    return [
+        name,
+        str(len(latencies)),
+        str(errors),
+        f"{len(latencies) / seconds:.0f}",
+        f"{np.percentile(ms, 50):.1f}",
+        f"{np.percentile(ms, 99):.1f}",
+        f"{ms.max():.1f}",
+        share,
+    ]
+
+
+async def _run(args: argparse.Namespace) -> None:
+    with _servers(args.slow_ms / 1000) as (a, b, slow):
+        rows = [
+            await _phase("one URL (plain client)", a.url, args.seconds, args.concurrency),
+            await _phase("two replicas", [a.url, b.url], args.seconds, args.concurrency),
+            await _phase(f"two, one slow (+{args.slow_ms:g} ms)", [a.url, slow.url], args.seconds, args.concurrency),
+            await _phase("two, kill -9 of one", [a.url, b.url], args.seconds, args.concurrency, kill=a),
+        ]
+    head = ["phase", "calls", "errors", "calls/s", "p50 ms", "p99 ms", "max ms", "share (first / second)"]
+    print("| " + " | ".join(head) + " |")
+    print("|" + " --- |" * len(head))
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m loadtests.replicas", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=3.0, help="length of each phase")
+    parser.add_argument("--concurrency", type=int, default=8, help="calls in flight at once")
+    parser.add_argument("--slow-ms", type=float, default=20.0, help="the slow replica's sleep per batch")
+    args = parser.parse_args(argv)
+    if args.seconds <= 0 or args.concurrency < 1 or args.slow_ms < 0:
+        parser.error("--seconds > 0, --concurrency >= 1 and --slow-ms >= 0")
+    asyncio.run(_run(args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
