@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 
 from loadtests import _fuzz_services as fuzz
 from loadtests._fuzz_protocol import Target
+from services import build
 
 FUZZ = settings(
     max_examples=int(os.environ.get("LOGICD_FUZZ_EXAMPLES", "25")),
@@ -23,6 +24,14 @@ FUZZ = settings(
     database=None,
     suppress_health_check=list(HealthCheck),
 )
+
+
+@pytest.fixture(scope="module")
+def built() -> None:
+    """The example services' model, exported once if a previous run has not (services/conftest.py's fixture; here,
+    since services import no loadtests)."""
+    build.build()
+    assert not build.missing(), build.missing()
 
 
 @pytest.fixture(scope="module", params=fuzz.SERVICES)
