@@ -50,6 +50,7 @@ from ._config import ServiceConfig
 from ._docs import close_unknown_fields, docs_handlers, openapi_config, problem_responses
 from ._infer import Padding, infer_chunks
 from ._metrics import Metrics
+from ._model_client import ReplicaCollector, model_client
 from ._service import Route, Service
 from .text import Chunker, Chunks, TokenizerPool, load_tokenizer
 
@@ -98,6 +99,7 @@ class _Runtime:
         window = config.chunking.max_tokens if config.tokenizer is not None else 1
         self.admission = Admission(config.admission, window, self.metrics.refusal)
         self._connected = False
+        self._replicas: ReplicaCollector | None = None
         self._hooks_done = 0
         self._connecting = asyncio.Lock()
 
@@ -111,8 +113,12 @@ class _Runtime:
             self.engine = EmbeddedModelService(ms.model_repository)
             await self.engine.start()
             self.client = AsyncClient(binding=self.engine.binding(), timeout=ms.timeout_s, retry=retry)
-        else:
-            self.client = AsyncClient(ms.url, timeout=ms.timeout_s, retry=retry)
+        else:  # one URL, or replicas balanced by the client (a list, or discovery: dns)
+            self.client = model_client(ms, retry)
+            if self._replicas is None:
+                self._replicas = ReplicaCollector(self.client)
+                self.metrics.registry.register(self._replicas)
+            self._replicas.client = self.client
         if self.config.tokenizer is not None:
             chunking = self.config.chunking
             tokenizer = load_tokenizer(self.config.tokenizer.path)
