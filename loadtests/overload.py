@@ -8,10 +8,11 @@
 Open-loop load (loadtests/_openloop.py: one ~1,500-word document per request, Poisson arrivals), the phases back
 to back, so the recovery phase starts with whatever the overload left behind. Requests count in the phase in which
 they were due. Per phase: sent, what became of them (2xx, 503, 429, 504, other status, transport error, lost =
-no answer within --lost-s), p50 and p99 of the 2xx latencies, p99 of the 503s' latency, and how many 503s carried
-Retry-After. Verdicts (issue 17): nothing lost; every answer 2xx, 503 or 429; p99 of 2xx at 300% within 2x of the
-first 70% phase; 503s answered in under 10 ms (p99); Retry-After on every 503; the recovery phase's p99 within 1.5x
-of the first phase's. Exit status 1 when a verdict fails.
+no answer within --lost-s), p50 and p99 of the 2xx latencies, p99 of the 503s' latency (from the time due, and
+from the time the generator sent it: the server's part, without the generator's own lag), and how many 503s
+carried Retry-After. Verdicts (issue 17): nothing lost; every answer 2xx, 503 or 429; p99 of 2xx at 300% within 2x
+of the first 70% phase; 503s answered in under 10 ms (p99, from send); Retry-After on every 503; the recovery
+phase's p99 within 1.5x of the first phase's. Exit status 1 when a verdict fails.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ from loadtests._pair_procs import add_pair_arguments, check_pair_arguments, own_
 
 PHASES = (("70%", 0.7), ("300%", 3.0), ("70% again", 0.7))
 HEADER = [
-    "phase", "req/s sent", "sent", *KINDS, "2xx/s", "p50 2xx ms", "p99 2xx ms", "p99 503 ms", "Retry-After on 503",
+    "phase", "req/s sent", "sent", *KINDS, "2xx/s", "p50 2xx ms", "p99 2xx ms", "p99 503 ms", "p99 503 ms from send",
+    "Retry-After on 503",
 ]  # fmt: skip
 
 
@@ -53,6 +55,7 @@ def phase_summary(name: str, factor: float, rate: float, seconds: float, records
         "ok_per_s": counts["2xx"] / seconds,
         "p50_2xx_s": percentile(ok, 50), "p99_2xx_s": percentile(ok, 99),
         "p99_503_s": percentile([r.latency_s for r in refused], 99),
+        "p99_503_sent_s": percentile([r.latency_s - r.lag_s for r in refused], 99),
         "retry_after_503": sum(r.retry_after for r in refused),
         "lag_p99_s": percentile([r.lag_s for r in records], 99),
     }  # fmt: skip
@@ -61,7 +64,8 @@ def phase_summary(name: str, factor: float, rate: float, seconds: float, records
 def phase_row(p: dict[str, Any]) -> list[object]:
     return [
         p["phase"], f"{p['rate']:.2f}", p["sent"], *(p["counts"][k] for k in KINDS), f"{p['ok_per_s']:.2f}",
-        ms(p["p50_2xx_s"]), ms(p["p99_2xx_s"]), ms(p["p99_503_s"]), f"{p['retry_after_503']}/{p['counts']['503']}",
+        ms(p["p50_2xx_s"]), ms(p["p99_2xx_s"]), ms(p["p99_503_s"]), ms(p["p99_503_sent_s"]),
+        f"{p['retry_after_503']}/{p['counts']['503']}",
     ]  # fmt: skip
 
 
@@ -74,6 +78,8 @@ def verdicts(phases: list[dict[str, Any]]) -> list[tuple[str, bool | None, str]]
     refused = sum(p["counts"]["503"] for p in phases)
     with_retry = sum(p["retry_after_503"] for p in phases)
     p99_503 = percentile([v for v in (over["p99_503_s"], first["p99_503_s"], again["p99_503_s"]) if v == v], 100)
+    sent_503 = [p.get("p99_503_sent_s", float("nan")) for p in phases]
+    p99_503_sent = percentile([v for v in sent_503 if v == v], 100)
 
     def ratio(a: float, b: float) -> str:
         return f"{ms(a)} ms vs {ms(b)} ms ({a / b:.2f}x)" if a == a and b == b and b > 0 else "no 2xx to compare"
@@ -83,8 +89,9 @@ def verdicts(phases: list[dict[str, Any]]) -> list[tuple[str, bool | None, str]]
         ("every answer 2xx, 503 or 429", others == 0, f"{others} others (504, other statuses)"),
         ("p99 of 2xx at 300% <= 2x p99 at 70%", over["p99_2xx_s"] <= 2 * first["p99_2xx_s"],
          ratio(over["p99_2xx_s"], first["p99_2xx_s"])),
-        ("503s answered in < 10 ms (p99)", None if not refused else p99_503 < 0.010,
-         f"p99 {ms(p99_503)} ms over {refused} 503s" if refused else "no 503s"),
+        ("503s answered in < 10 ms (p99, from send)", None if not refused else p99_503_sent < 0.010,
+         f"p99 {ms(p99_503_sent)} ms from send ({ms(p99_503)} ms from due) over {refused} 503s"
+         if refused else "no 503s"),
         ("Retry-After on every 503", None if not refused else with_retry == refused, f"{with_retry}/{refused}"),
         ("recovery: p99 of 2xx within 1.5x of the first phase", again["p99_2xx_s"] <= 1.5 * first["p99_2xx_s"],
          ratio(again["p99_2xx_s"], first["p99_2xx_s"])),

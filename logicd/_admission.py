@@ -15,7 +15,9 @@ service can hold without queueing into its timeouts is, per model, two batches p
 forming) plus the queue policy's ``max_queue_size``; a batch is ``max_batch_size`` rows, or fewer when
 ``max_batch_tokens`` (padding-aware batching) bounds it. A route's requests cost rows (windows) and tokens,
 measured as they run (``Context.infer_chunks``), so the limit in requests follows what the route's requests
-really send: many for short texts, one or two for long documents.
+really send: many for short texts, one or two for long documents. Twice that many may wait: with Poisson
+arrivals at 70% of capacity a smaller waiting room would refuse a good share of requests, and more would let the
+latency of admitted requests under overload grow past twice what it is at 70% (loadtests/README.md, Overload).
 """
 
 from __future__ import annotations
@@ -117,6 +119,11 @@ class _Cost:
     def __init__(self, rows: float, tokens_per_row: float) -> None:
         self.rows = rows
         self.tokens_per_row = tokens_per_row
+        self.seconds: float | None = None
+        """How long an admitted request holds its slot (moving average; None before the first)."""
+
+    def held(self, seconds: float) -> None:
+        self.seconds = seconds if self.seconds is None else self.seconds + 0.2 * (seconds - self.seconds)
 
     def observe(self, rows: int, tokens: int) -> None:
         if rows <= 0:
@@ -147,11 +154,20 @@ class RouteGate:
         capacity = self._capacity()
         if capacity is None:  # the models are not known yet: one at a time until they are
             return 1
-        return max(1, math.floor(capacity.rows(self.cost.tokens_per_row) / max(self.cost.rows, 1.0)))
+        return max(1, math.ceil(capacity.rows(self.cost.tokens_per_row) / max(self.cost.rows, 1.0) - 0.25))
 
     @property
     def max_waiting(self) -> int:
-        return self.limit if self.config.max_waiting == "auto" else self.config.max_waiting
+        """``auto``: twice the limit; fewer when the model's queue timeout (``default_timeout_microseconds``)
+        would pass before the last of them got a slot, at the pace slots come free now."""
+        if self.config.max_waiting != "auto":
+            return self.config.max_waiting
+        limit = self.limit
+        capacity = self._capacity()
+        timeout = capacity.queue_timeout_s if capacity is not None else None
+        if timeout is None or not self.cost.seconds:
+            return 2 * limit
+        return min(2 * limit, math.floor(timeout * limit / self.cost.seconds))
 
     @property
     def max_wait_s(self) -> float | None:
@@ -248,9 +264,11 @@ class Admission:
                     return
                 scope[SCOPE_DEADLINE] = deadline
                 scope[SCOPE_GATE] = gate
+                start = time.monotonic()
                 try:
                     await app(scope, receive, send)
                 finally:
+                    gate.cost.held(time.monotonic() - start)
                     gate.release()
 
             return admit

@@ -65,7 +65,7 @@ limits:
   max_chunks: 256                      # windows one request may be cut into, across its documents
 admission:                             # per route; the rest are refused at once: 503 with Retry-After
   max_in_flight: auto                  # requests in the handler at once; auto: from the model's capacity
-  max_waiting: auto                    # requests waiting for a slot; auto: as many as max_in_flight
+  max_waiting: auto                    # requests waiting for a slot; auto: twice max_in_flight
   max_wait_s: auto                     # the longest wait for a slot; auto: the model's queue timeout, if any
   retry_after_s: 1                     # the Retry-After of a refusal
 auth:
