@@ -52,7 +52,8 @@ output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
 """
 
 
-def _repository(root: Path, sleep_s: float) -> Path:
+def echo_repository(root: Path, sleep_s: float) -> Path:
+    """A model repository at ``root`` with the python model ``echo`` (FP32 IN -> OUT), ``sleep_s`` per batch."""
     (root / "echo" / "1").mkdir(parents=True)
     (root / "echo" / "1" / "model.py").write_text(MODEL.format(sleep=sleep_s))
     (root / "echo" / "config.pbtxt").write_text(CONFIG)
@@ -96,7 +97,7 @@ class _Server:
 @contextlib.contextmanager
 def _servers(slow_s: float) -> Iterator[tuple[_Server, _Server, _Server]]:
     with tempfile.TemporaryDirectory() as tmp:
-        fast, slow = _repository(Path(tmp) / "fast", 0.0), _repository(Path(tmp) / "slow", slow_s)
+        fast, slow = echo_repository(Path(tmp) / "fast", 0.0), echo_repository(Path(tmp) / "slow", slow_s)
         started = (_Server(fast), _Server(fast), _Server(slow))
         try:
             for s in started:

@@ -12,43 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from loadtests.replicas import echo_repository as repository
 from modelsvc.client import AsyncClient, ConnectError, ReplicaState
 from tests._server import ModelsvcProcess
 
 pytestmark = pytest.mark.integration
-
-ECHO = """
-import time
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-SLEEP_S = {sleep}
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        if SLEEP_S:
-            time.sleep(SLEEP_S)
-        return [
-            pb_utils.InferenceResponse([pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())])
-            for r in requests
-        ]
-"""
-
-CONFIG = """
-name: "echo"
-backend: "python"
-max_batch_size: 8
-input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]
-output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
-"""
-
-
-def repository(root: Path, sleep_s: float) -> Path:
-    (root / "echo" / "1").mkdir(parents=True)
-    (root / "echo" / "1" / "model.py").write_text(ECHO.format(sleep=sleep_s))
-    (root / "echo" / "config.pbtxt").write_text(CONFIG)
-    return root
 
 
 class Replica(ModelsvcProcess):

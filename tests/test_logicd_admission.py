@@ -14,23 +14,9 @@ import pytest
 
 from logicd._admission import Capacity, DeadlineError, parse_deadline
 from tests._server import LogicdProcess, ModelsvcProcess
+from tests.test_client_deadline import SLEEPER
 
 pytestmark = pytest.mark.integration
-
-SLEEPER = """
-import time
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        answers = []
-        for request in requests:
-            seconds = pb_utils.get_input_tensor_by_name(request, "SECONDS").as_numpy()
-            time.sleep(float(seconds.max()))
-            answers.append(pb_utils.InferenceResponse([pb_utils.Tensor("SLEPT", seconds)]))
-        return answers
-"""
 
 MODEL_CONFIG = """
 name: "sleeper"
