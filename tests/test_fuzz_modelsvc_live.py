@@ -19,7 +19,7 @@ from loadtests._fuzz_protocol import Target
 from tests._server import ModelsvcProcess
 
 FUZZ = settings(
-    max_examples=int(os.environ.get("MODELSVC_FUZZ_LIVE_EXAMPLES", "40")),
+    max_examples=int(os.environ.get("MODELSVC_FUZZ_LIVE_EXAMPLES", "20")),
     deadline=None,
     derandomize=bool(os.environ.get("CI")),
     database=None,

@@ -20,7 +20,7 @@ from loadtests import _fuzz_protocol as fuzz
 from loadtests._fuzz_protocol import Body
 
 FUZZ = settings(
-    max_examples=int(os.environ.get("MODELSVC_FUZZ_EXAMPLES", "150")),
+    max_examples=int(os.environ.get("MODELSVC_FUZZ_EXAMPLES", "60")),
     deadline=None,
     derandomize=bool(os.environ.get("CI")),
     database=None,

@@ -18,7 +18,7 @@ from loadtests._fuzz_protocol import Target
 from services import build
 
 FUZZ = settings(
-    max_examples=int(os.environ.get("LOGICD_FUZZ_EXAMPLES", "25")),
+    max_examples=int(os.environ.get("LOGICD_FUZZ_EXAMPLES", "12")),
     deadline=None,
     derandomize=bool(os.environ.get("CI")),
     database=None,

@@ -107,7 +107,26 @@ COVERED = {
         "test_readme_logicd_example_defines_a_service",
     ],
     "protobuf": ["tests/test_padding_batching.py::test_the_readme_example_is_a_padding_config_for_minilm"],
+    "yaml": ["test_readme_replicas_yaml_is_valid_model_service_settings"],
 }
+
+
+def test_readme_replicas_yaml_is_valid_model_service_settings():
+    """The README's model_service examples (a list of replicas; one name with DNS discovery) are valid settings."""
+    import msgspec
+    import yaml
+
+    from logicd import ModelServiceConfig
+
+    block = re.search(r"^```yaml\n(.*?)^```$", README, flags=re.MULTILINE | re.DOTALL)
+    assert block is not None
+    parts = [yaml.safe_load(text)["model_service"] for text in block.group(1).split("# or\n")]
+    configs = [msgspec.convert(part, ModelServiceConfig) for part in parts]
+    assert [c.urls for c in configs] == [
+        ["http://10.0.0.5:8000", "http://10.0.0.6:8000"],
+        ["http://doc-classifier-model-headless:8000"],
+    ]
+    assert [c.discovery for c in configs] == ["none", "dns"]
 
 
 def test_every_command_block_is_covered():
