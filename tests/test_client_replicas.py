@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -50,9 +51,10 @@ def fast_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return repository(tmp_path_factory.mktemp("fast"), 0.0)
 
 
-@pytest.fixture(scope="module")
-def pair(fast_repo: Path) -> Iterator[list[Replica]]:
-    replicas = [Replica(fast_repo).start(), Replica(fast_repo).start()]
+@contextmanager
+def two_replicas(repo: Path) -> Iterator[list[Replica]]:
+    """Two replicas of ``repo``, started together and ready; both stopped at the end."""
+    replicas = [Replica(repo).start(), Replica(repo).start()]
     try:
         for r in replicas:
             r.wait_ready()
@@ -60,6 +62,12 @@ def pair(fast_repo: Path) -> Iterator[list[Replica]]:
     finally:
         for r in replicas:
             r.terminate()
+
+
+@pytest.fixture(scope="module")
+def pair(fast_repo: Path) -> Iterator[list[Replica]]:
+    with two_replicas(fast_repo) as replicas:
+        yield replicas
 
 
 class Load:

@@ -17,7 +17,7 @@ from logicd._config import ConfigError, ModelServiceConfig
 from logicd._model_client import ReplicaCollector, model_client
 from modelsvc.client import RetryPolicy
 from tests._server import LogicdProcess
-from tests.test_client_replicas import Replica, repository, until
+from tests.test_client_replicas import Replica, repository, two_replicas, until
 
 pytestmark = pytest.mark.integration
 
@@ -71,15 +71,8 @@ class Logic(LogicdProcess):
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Replica]]:
-    repo = repository(tmp_path_factory.mktemp("repo"), 0.0)
-    replicas = [Replica(repo).start(), Replica(repo).start()]
-    try:
-        for r in replicas:
-            r.wait_ready()
+    with two_replicas(repository(tmp_path_factory.mktemp("repo"), 0.0)) as replicas:
         yield replicas
-    finally:
-        for r in replicas:
-            r.terminate()
 
 
 def test_url_takes_a_list_and_discovery(tmp_path: Path) -> None:
