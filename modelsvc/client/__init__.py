@@ -25,16 +25,20 @@ from ._errors import (
 from ._model import AsyncModel, Model
 from ._replicas import ReplicaState
 from ._retry import NO_RETRY, RetryBudget, RetryPolicy
+from ._sequence import AsyncInferSequence, InferSequence, SequenceLost
+from ._stream import ResponseStream, StreamError, StreamingUnsupported
 
 __all__ = [
     "NO_RETRY",
     "AsyncClient",
+    "AsyncInferSequence",
     "AsyncModel",
     "Client",
     "ClientError",
     "ConnectError",
     "ConnectionLost",
     "InferResult",
+    "InferSequence",
     "InvalidInput",
     "Model",
     "ModelMetadata",
@@ -43,10 +47,14 @@ __all__ = [
     "ProtocolError",
     "QueueFull",
     "ReplicaState",
+    "ResponseStream",
     "RetryBudget",
     "RetryPolicy",
+    "SequenceLost",
     "ServerError",
     "ServerUnavailable",
+    "StreamError",
+    "StreamingUnsupported",
     "TensorSpec",
     "Timeout",
     "current_deadline",

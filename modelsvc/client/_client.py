@@ -18,6 +18,8 @@ from ._errors import ClientError, ModelNotFound
 from ._model import AsyncModel, Model
 from ._replicas import AsyncReplicaTransport, ReplicaState, Resolver
 from ._retry import RetryBudget, RetryPolicy
+from ._sequence import AsyncInferSequence, InferSequence
+from ._stream import ResponseStream, StreamingTransport, StreamingUnsupported, _start_span
 from ._tracing import client_span
 from ._transport import AsyncTransport, Transport
 
@@ -187,6 +189,14 @@ class Client:
             span.record(batch_size=tensor_count(tensors), bytes_sent=sent, bytes_received=received)
             return result
 
+    def sequence(
+        self, model: str, sequence_id: int | str | None = None, *, version: str | None = None
+    ) -> InferSequence:
+        """The requests of one sequence of a stateful model (see ``_sequence``): ``with client.sequence("m") as
+        seq: seq.infer(...)``; the first carries sequence_start, ``end=True`` or leaving the block ends it.
+        ``sequence_id`` (int, or str for a TYPE_STRING CORRID) is generated when not given."""
+        return InferSequence(self, model, sequence_id, version)
+
     def close(self) -> None:
         self._t.close()
 
@@ -320,6 +330,55 @@ class AsyncClient:
                 raise
             span.record(batch_size=tensor_count(tensors), bytes_sent=sent, bytes_received=received)
             return result
+
+    def sequence(
+        self, model: str, sequence_id: int | str | None = None, *, version: str | None = None
+    ) -> AsyncInferSequence:
+        """``async with client.sequence("m") as seq: await seq.infer(...)`` (see ``Client.sequence``). Over
+        several replicas every request of the sequence goes to the replica that took its first."""
+        return AsyncInferSequence(self, model, sequence_id, version)
+
+    def stream_infer(
+        self,
+        model: str,
+        inputs: Mapping[str, Any],
+        *,
+        version: str | None = None,
+        outputs: Sequence[str] | None = None,
+        request_id: str | None = None,
+        parameters: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> ResponseStream:
+        """Every response of a (decoupled) model to one request, as it is sent: ``async for result in
+        client.stream_infer("m", inputs)``. gRPC only (``StreamingUnsupported`` over HTTP); ``timeout`` bounds the
+        whole stream; leaving the loop early cancels it (see ``_stream``)."""
+        tensors = [to_tensor(name, value) for name, value in inputs.items()]
+        return self._stream(model, version, tensors, outputs, request_id, parameters, timeout)
+
+    def _stream(
+        self,
+        model: str,
+        version: str | None,
+        tensors: Sequence[Tensor],
+        outputs: Sequence[str] | None,
+        request_id: str | None,
+        parameters: Mapping[str, Any] | None,
+        timeout: float | None,
+    ) -> ResponseStream:
+        binding = self._t
+        if not isinstance(binding, StreamingTransport):
+            raise StreamingUnsupported(
+                f"streamed responses need gRPC's ModelStreamInfer: use a grpc:// URL ({binding.scheme} has none)"
+            )
+
+        def open_call(headers: dict[str, str], left: float | None) -> Any:
+            return binding.open_stream(model, version, tensors, outputs, request_id, parameters, headers, left)
+
+        return ResponseStream(
+            open_call,
+            lambda: self._c.attempts(timeout),
+            lambda: _start_span(model, version, binding.scheme, binding.server),
+        )
 
     def replicas(self) -> list[ReplicaState]:
         """The replicas' state (URL, calls outstanding, ejected); empty for a single model service."""

@@ -10,6 +10,13 @@ call's time left (no backoff; the client's retry policy never sees these failove
 event loop asks each ejected replica ``ready()`` every ``probe_interval_s`` and readmits it when it answers true.
 When every replica is ejected they are tried anyway. ``Timeout`` and 4xx answers are not failed over.
 
+Sequences (requests with Triton's ``sequence_id`` parameter) are sticky: the request carrying
+``sequence_start`` is placed (and failed over) like any call, and the replica that answers it takes every later
+request of that sequence until the one carrying ``sequence_end``. Such a request is never failed over: when its
+replica fails at the connection level, answers 503, or was removed, the call raises ``SequenceLost`` (the
+sequence's state lived there). A streamed call (``open_stream``) goes to the least busy replica; one that cannot
+be reached is ejected and the client's retry policy opens the stream again elsewhere.
+
 With DNS discovery the host name is resolved again every ``resolve_interval_s`` (a headless Service's pods get
 new addresses in a rolling update): new addresses become replicas, gone ones are removed (calls in flight to
 them finish, then their binding closes). ``https://`` with DNS discovery connects to each address by IP, so the
@@ -32,6 +39,8 @@ from urllib.parse import urlsplit
 from ..protocol import Tensor
 from ._core import InferResult
 from ._errors import ClientError, ConnectError, ConnectionLost, QueueFull, ServerUnavailable
+from ._sequence import SEQUENCE_END, SEQUENCE_START, SequenceLost, sequence_key
+from ._stream import StreamCall, StreamingTransport, StreamingUnsupported
 from ._transport import AsyncTransport
 
 __all__ = ["AsyncReplicaTransport", "ReplicaState", "Resolver", "resolve_host"]
@@ -42,6 +51,8 @@ Resolver = Callable[[str, int], Awaitable[Sequence[str]]]
 """``(host, port) -> addresses``: how DNS discovery resolves the name (``resolve_host`` by default)."""
 
 _FAILOVER = (ConnectError, ConnectionLost, ServerUnavailable)
+MAX_PINNED_SEQUENCES = 65536
+"""Sequences whose replica is remembered; beyond that the oldest pin is dropped (a sequence never ended)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +129,8 @@ class AsyncReplicaTransport:
         self._starting = asyncio.Lock()
         self._started = False
         self._closing: set[asyncio.Task[None]] = set()
+        self._sequences: dict[int | str, _Replica] = {}
+        """Each live sequence's replica (by sequence id), from its start to its end."""
         if dns is not None:
             parts = urlsplit(dns if "://" in dns else f"http://{dns}")
             if not parts.hostname:
@@ -223,7 +236,12 @@ class AsyncReplicaTransport:
             self._closing.add(task)
             task.add_done_callback(self._closing.discard)
 
-    async def _run(self, op: Callable[[AsyncTransport, float | None], Awaitable[T]], timeout: float | None) -> T:
+    async def _run(
+        self,
+        op: Callable[[AsyncTransport, float | None], Awaitable[T]],
+        timeout: float | None,
+        chosen: list[_Replica] | None = None,
+    ) -> T:
         await self._start()
         end = None if timeout is None else time.monotonic() + timeout
         tried: set[_Replica] = set()
@@ -237,6 +255,8 @@ class AsyncReplicaTransport:
                 raise last or ConnectError(f"no time left to reach a replica of {self.server}")
             replica.outstanding += 1
             replica.calls += 1
+            if chosen is not None:
+                chosen.append(replica)
             try:
                 return await op(replica.binding, left)
             except _FAILOVER as exc:
@@ -288,11 +308,92 @@ class AsyncReplicaTransport:
         headers: dict[str, str],
         timeout: float | None,
     ) -> tuple[InferResult, int, int]:
-        return await self._run(
-            lambda b, t: b.infer(model, version, tensors, outputs, request_id, parameters, headers, t), timeout
+        def op(b: AsyncTransport, t: float | None) -> Awaitable[tuple[InferResult, int, int]]:
+            return b.infer(model, version, tensors, outputs, request_id, parameters, headers, t)
+
+        key = sequence_key(parameters)
+        if key is None:
+            return await self._run(op, timeout)
+        assert parameters is not None
+        return await self._sequence_step(
+            key, bool(parameters.get(SEQUENCE_START)), bool(parameters.get(SEQUENCE_END)), op, timeout
+        )
+
+    # -- sequences ----------------------------------------------------------------------------------
+    async def _sequence_step(
+        self,
+        key: int | str,
+        start: bool,
+        end: bool,
+        op: Callable[[AsyncTransport, float | None], Awaitable[T]],
+        timeout: float | None,
+    ) -> T:
+        """One request of sequence ``key``: a start is placed as any call and pins its replica; the others go
+        to the pinned replica or raise ``SequenceLost``."""
+        if start:
+            self._sequences.pop(key, None)
+            chosen: list[_Replica] = []
+            result = await self._run(op, timeout, chosen)
+            if not end:
+                self._pin(key, chosen[-1])
+            return result
+        replica = self._sequences.get(key)
+        try:
+            if replica is None:
+                raise SequenceLost(
+                    f"sequence {key!r}: no replica holds it (it was not started through this client, "
+                    "or it ended, or its replica was lost earlier)"
+                )
+            if replica.removed:
+                raise SequenceLost(f"sequence {key!r}: its replica {replica.url} left the model service")
+            await self._start()
+            replica.outstanding += 1
+            replica.calls += 1
+            try:
+                return await op(replica.binding, timeout)
+            except _FAILOVER as exc:
+                if isinstance(exc, QueueFull):  # overloaded, not gone: the sequence lives on there
+                    raise
+                self._eject(replica, exc)
+                self._sequences.pop(key, None)
+                raise SequenceLost(
+                    f"sequence {key!r}: its replica {replica.url} failed mid-sequence ({exc}); the sequence's "
+                    "state was there: start the sequence again"
+                ) from exc
+            finally:
+                self._release(replica)
+        finally:
+            if end:
+                self._sequences.pop(key, None)
+
+    def _pin(self, key: int | str, replica: _Replica) -> None:
+        self._sequences[key] = replica
+        while len(self._sequences) > MAX_PINNED_SEQUENCES:
+            self._sequences.pop(next(iter(self._sequences)))
+
+    def sequence_replica(self, key: int | str) -> str | None:
+        """The URL of the replica that holds sequence ``key``, None when none does."""
+        replica = self._sequences.get(key)
+        return None if replica is None else replica.url
+
+    # -- streams ------------------------------------------------------------------------------------
+    def open_stream(
+        self,
+        model: str,
+        version: str | None,
+        tensors: Sequence[Tensor],
+        outputs: Sequence[str] | None,
+        request_id: str | None,
+        parameters: Mapping[str, Any] | None,
+        headers: dict[str, str],
+        timeout: float | None,
+    ) -> StreamCall:
+        return _ReplicaStream(
+            self, lambda b: b.open_stream(model, version, tensors, outputs, request_id, parameters, headers, timeout)
         )
 
     async def close(self) -> None:
+        self._sequences.clear()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -303,3 +404,61 @@ class AsyncReplicaTransport:
             await r.binding.close()
         if self._closing:
             await asyncio.gather(*self._closing, return_exceptions=True)
+
+
+class _ReplicaStream:
+    """A stream on the least busy replica, counted outstanding until it ends; one that cannot be reached before
+    its first response is ejected (the retry policy then opens the stream again, elsewhere)."""
+
+    def __init__(self, owner: AsyncReplicaTransport, open_on: Callable[[StreamingTransport], StreamCall]) -> None:
+        self._owner = owner
+        self._open_on = open_on
+        self._replica: _Replica | None = None
+        self._call: StreamCall | None = None
+        self._received = 0
+
+    async def next(self) -> InferResult | None:
+        owner = self._owner
+        if self._call is None:
+            await owner._start()
+            replica = owner._pick(set())
+            if replica is None:
+                raise ConnectError(f"no model-service replica known for {owner.server}")
+            if not isinstance(replica.binding, StreamingTransport):
+                raise StreamingUnsupported(f"{replica.url}: streamed responses need grpc:// replicas")
+            self._call = self._open_on(replica.binding)
+            self._replica = replica
+            replica.outstanding += 1
+            replica.calls += 1
+        try:
+            result = await self._call.next()
+        except _FAILOVER as exc:
+            if self._replica is not None and not self._received and not isinstance(exc, QueueFull):
+                owner._eject(self._replica, exc)
+            self._done()
+            raise
+        except BaseException:
+            self._done()
+            raise
+        if result is None:
+            self._done()
+        else:
+            self._received += 1
+        return result
+
+    def _done(self) -> None:
+        replica, self._replica = self._replica, None
+        if replica is not None:
+            self._owner._release(replica)
+
+    async def close(self) -> None:
+        if self._call is not None:
+            await self._call.close()
+        self._done()
+
+    def cancel(self) -> None:
+        if self._call is not None:
+            self._call.cancel()
+        replica, self._replica = self._replica, None
+        if replica is not None:  # may run outside a task (a dropped stream): release without closing bindings
+            replica.outstanding -= 1

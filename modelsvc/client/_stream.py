@@ -1,0 +1,276 @@
+"""Streamed responses (Triton's decoupled models): one request, zero or more responses, over gRPC ModelStreamInfer.
+
+    async for result in client.stream_infer("generate", {"PROMPT": ["..."]}):
+        print(result["TOKEN"])
+
+Each call opens its own bidirectional ``ModelStreamInfer`` stream, sends the one request with Triton's
+``triton_enable_empty_final_response: true`` and yields every response as the server writes it, until the
+response marked ``triton_final_response: true`` (a final response without outputs, the "empty final response",
+ends the loop without being yielded). A non-decoupled model answers once, marked final: one result.
+
+- An error the server sends in the stream (``error_message``) raises ``StreamError``; a broken connection
+  ``ConnectionLost``; the stream running past the call's timeout ``Timeout`` (the timeout bounds the whole
+  stream, as the gRPC deadline of the one call).
+- Leaving the loop early (``break``, an exception, ``aclose()``, or leaving ``async with``) cancels the gRPC call,
+  so a decoupled model sees ``is_cancelled()`` turn true and can stop generating.
+- A stream that could not connect (nothing was sent) is opened again under the client's retry policy; once a
+  response arrived nothing is retried.
+- Tracing: one CLIENT span ``infer {model}`` (``rpc.method`` ModelStreamInfer) from opening to the end of the
+  stream, with the number of responses as ``modelsvc.responses``.
+
+HTTP has no ModelStreamInfer: ``stream_infer`` on an ``http://`` client raises ``StreamingUnsupported``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Protocol, Self, runtime_checkable
+
+import grpc
+import grpc.aio
+from opentelemetry import propagate, trace
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+
+from ..protocol import Tensor
+from ._core import Attempts, InferResult
+from ._errors import ClientError, ConnectionLost, ServerError
+from ._tracing import ATTR_MODEL, ATTR_OUTCOME, ATTR_TRANSPORT, ATTR_VERSION, RPC_SYSTEM, _server_attributes
+
+__all__ = [
+    "ENABLE_EMPTY_FINAL",
+    "FINAL_RESPONSE",
+    "ResponseStream",
+    "StreamCall",
+    "StreamError",
+    "StreamingTransport",
+    "StreamingUnsupported",
+]
+
+FINAL_RESPONSE = "triton_final_response"
+ENABLE_EMPTY_FINAL = "triton_enable_empty_final_response"
+ATTR_RESPONSES = "modelsvc.responses"
+
+_TRACER = trace.get_tracer("modelsvc.client")
+
+
+class StreamError(ServerError):
+    """The server sent an error in the stream (``ModelStreamInferResponse.error_message``)."""
+
+
+class StreamingUnsupported(ClientError):
+    """The binding cannot stream responses (HTTP, an in-process engine): use a ``grpc://`` URL."""
+
+
+class StreamCall(Protocol):
+    """One open stream: ``next()`` gives each response, None after the final one; ``cancel()`` ends it."""
+
+    async def next(self) -> InferResult | None: ...
+    def cancel(self) -> None: ...
+    async def close(self) -> None:
+        """The final response was read: finish the call without cancelling it."""
+        ...
+
+
+@runtime_checkable
+class StreamingTransport(Protocol):
+    """An ``AsyncTransport`` that streams (the gRPC binding, and replicas of it)."""
+
+    def open_stream(
+        self,
+        model: str,
+        version: str | None,
+        tensors: Sequence[Tensor],
+        outputs: Sequence[str] | None,
+        request_id: str | None,
+        parameters: Mapping[str, Any] | None,
+        headers: dict[str, str],
+        timeout: float | None,
+    ) -> StreamCall: ...
+
+
+def stream_parameters(parameters: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The request's parameters with the empty final response asked for (so the end of a stream is known)."""
+    return {**(parameters or {}), ENABLE_EMPTY_FINAL: True}
+
+
+def read_stream_response(message: Any, parse: Callable[[Any], InferResult]) -> tuple[InferResult | None, bool]:
+    """One ``ModelStreamInferResponse``: (the result to yield or None for an empty final one, whether it is final).
+
+    A response without the ``triton_final_response`` parameter is final (a server that does not mark responses
+    answers each request once)."""
+    if message.error_message:
+        raise StreamError(message.error_message)
+    response = message.infer_response
+    params = response.parameters
+    final = params[FINAL_RESPONSE].bool_param if FINAL_RESPONSE in params else True
+    if final and not response.outputs:
+        return None, True
+    return parse(response), final
+
+
+class GrpcStreamCall:
+    """A ``ModelStreamInfer`` call carrying one request (``StreamCall`` over grpc.aio)."""
+
+    def __init__(
+        self,
+        open_call: Callable[[], Any],
+        request: Any,
+        parse: Callable[[Any], InferResult],
+        error: Callable[[grpc.RpcError], ClientError],
+    ) -> None:
+        self._open = open_call
+        self._request = request
+        self._parse = parse
+        self._error = error
+        self._call: Any = None
+        self._final = False
+
+    async def next(self) -> InferResult | None:
+        while not self._final:
+            try:
+                if self._call is None:
+                    self._call = self._open()
+                    await self._call.write(self._request)
+                message = await self._call.read()
+            except grpc.RpcError as exc:
+                raise self._error(exc) from exc
+            if message is grpc.aio.EOF:
+                raise ConnectionLost("the stream ended before its final response")
+            result, self._final = read_stream_response(message, self._parse)
+            if result is not None:
+                return result
+        return None
+
+    async def close(self) -> None:
+        if self._call is not None:
+            try:
+                await self._call.done_writing()
+            except grpc.RpcError:
+                self._call.cancel()
+
+    def cancel(self) -> None:
+        if self._call is not None:
+            self._call.cancel()
+
+
+def _start_span(model: str, version: str | None, transport: str, server: str) -> Span | None:
+    span = _TRACER.start_span(f"infer {model}", kind=SpanKind.CLIENT)
+    if not span.get_span_context().is_valid:
+        return None
+    if span.is_recording():
+        attributes: dict[str, str | int] = {
+            ATTR_MODEL: model,
+            "rpc.system": RPC_SYSTEM,
+            "rpc.method": "ModelStreamInfer",
+            ATTR_TRANSPORT: transport,
+            **_server_attributes(server),
+        }
+        if version:
+            attributes[ATTR_VERSION] = version
+        span.set_attributes(attributes)
+    return span
+
+
+class ResponseStream:
+    """What ``AsyncClient.stream_infer`` returns: an async iterator of ``InferResult`` (also ``async with``).
+
+    Nothing is sent before the first ``__anext__``; leaving early cancels the call (``aclose``; also when the
+    object is dropped mid-stream)."""
+
+    def __init__(
+        self,
+        open_call: Callable[[dict[str, str], float | None], StreamCall],
+        attempts: Callable[[], Attempts],
+        span: Callable[[], Span | None],
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self._open = open_call
+        self._attempts = attempts
+        self._make_span = span
+        self._sleep = sleep
+        self._call: StreamCall | None = None
+        self._tries: Attempts | None = None
+        self._span: Span | None = None
+        self._headers: dict[str, str] = {}
+        self.responses = 0
+        """Responses yielded so far."""
+        self._done = False
+
+    def _start(self) -> StreamCall:
+        if self._tries is None:
+            self._tries = self._attempts()
+            self._span = self._make_span()
+            if self._span is not None:
+                propagate.inject(self._headers, context=trace.set_span_in_context(self._span))
+        self._call = self._open(self._headers, self._tries.remaining())
+        return self._call
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> InferResult:
+        if self._done:
+            raise StopAsyncIteration
+        try:
+            while True:
+                call = self._call or self._start()
+                try:
+                    result = await call.next()
+                    break
+                except ClientError as error:
+                    assert self._tries is not None
+                    if self.responses:
+                        raise
+                    self._call = None
+                    call.cancel()
+                    await self._sleep(self._tries.after_failure(error))
+        except BaseException as exc:
+            self._finish(exc)
+            raise
+        if result is None:
+            await call.close()
+            self._finish(None)
+            raise StopAsyncIteration
+        self.responses += 1
+        return result
+
+    def _finish(self, exc: BaseException | None) -> None:
+        """End the stream (cancelling a call still open) and its span, once."""
+        if self._done:
+            return
+        self._done = True
+        if exc is not None and self._call is not None:
+            self._call.cancel()
+        span, self._span = self._span, None
+        if span is None:
+            return
+        if span.is_recording():
+            span.set_attribute(ATTR_RESPONSES, self.responses)
+            if exc is None:
+                span.set_attribute(ATTR_OUTCOME, "ok")
+            elif isinstance(exc, asyncio.CancelledError | GeneratorExit):
+                span.set_attribute(ATTR_OUTCOME, "cancelled")
+            else:
+                name = type(exc).__qualname__
+                span.set_attributes({ATTR_OUTCOME: "error", "error.type": name})
+                span.set_status(Status(StatusCode.ERROR, f"{name}: {exc}"))
+        span.end()
+
+    async def aclose(self) -> None:
+        """Stop reading: a stream not yet at its final response is cancelled."""
+        if not self._done:
+            self._finish(asyncio.CancelledError("the caller stopped reading the stream"))
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    def __del__(self) -> None:
+        if not self._done and self._call is not None:
+            self._finish(asyncio.CancelledError("the stream was dropped before its end"))

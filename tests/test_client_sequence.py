@@ -1,0 +1,182 @@
+"""The typed client's sequences: the request parameters exactly as tritonclient sends them (compared with
+tritonclient's own request builders, HTTP JSON and gRPC), the start/end flags through a sequence's life, and over
+real modelsvc processes: int and str ids on HTTP and gRPC as the python backend reads them, every request of a
+sequence on one replica of two, and a replica killed mid-sequence as ``SequenceLost``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from tritonclient.grpc import _utils as grpc_utils
+from tritonclient.http import _utils as http_utils
+
+from modelsvc.client import AsyncClient, Client, ClientError, InferResult, SequenceLost
+from modelsvc.client._core import build_infer
+from modelsvc.client._grpc import build_request
+from modelsvc.client._sequence import new_sequence_id, sequence_parameters
+from modelsvc.protocol import Tensor
+from tests._server import ModelsvcProcess
+
+REPO = Path(__file__).parent / "data" / "edge_seqecho"
+START, END = 1, 2  # TRITONSERVER_REQUEST_FLAG_SEQUENCE_START / _END
+ONE = Tensor("IN", "FP32", (1,), np.ones(1, np.float32))
+CASES = [(42, True, False), (7, False, False), (2**40, False, True), ("doc-1", True, True), ("é", False, True)]
+
+
+# -- no I/O: the parameters as tritonclient sends them ----------------------------------------------------
+
+
+@pytest.mark.parametrize(("sequence_id", "start", "end"), CASES)
+def test_grpc_parameters_equal_tritonclients(sequence_id: int | str, start: bool, end: bool) -> None:
+    ours = build_request("m", None, [ONE], None, None, sequence_parameters(sequence_id, start, end))
+    theirs = grpc_utils._get_inference_request(
+        "m", [], "", "", None, sequence_id, start, end, 0, None, None
+    )  # positional: model, inputs, version, id, outputs, sequence_id, start, end, priority, timeout, parameters
+    assert dict(ours.parameters) == dict(theirs.parameters)
+    kind = "string_param" if isinstance(sequence_id, str) else "int64_param"
+    assert ours.parameters["sequence_id"].WhichOneof("parameter_choice") == kind
+    assert ours.parameters["sequence_start"].WhichOneof("parameter_choice") == "bool_param"
+
+
+@pytest.mark.parametrize(("sequence_id", "start", "end"), CASES)
+def test_http_parameters_equal_tritonclients(sequence_id: int | str, start: bool, end: bool) -> None:
+    prepared = build_infer(
+        "m", None, [ONE], ["OUT"], binary=False, parameters=sequence_parameters(sequence_id, start, end)
+    )
+    assert prepared.body is not None
+    ours = json.loads(prepared.body)["parameters"]
+    theirs = http_utils._get_inference_request([], "", None, sequence_id, start, end, 0, None, None)
+    expected = {k: v for k, v in json.loads(theirs[0])["parameters"].items() if k != "binary_data_output"}
+    assert ours == expected
+    assert type(ours["sequence_id"]) is type(sequence_id)
+
+
+def test_generated_ids_are_distinct_nonzero_and_fit_31_bits() -> None:
+    ids = [new_sequence_id() for _ in range(1000)]
+    assert len(set(ids)) == 1000
+    assert all(0 < i < 2**31 for i in ids)
+
+
+@pytest.mark.parametrize("bad", [0, "", True, 2**64, 1.5])
+def test_bad_sequence_ids_are_refused_before_sending(bad: Any) -> None:
+    with Client("127.0.0.1:1") as client, pytest.raises((TypeError, ValueError)):
+        client.sequence("m", bad)
+
+
+# -- real processes -----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def replicas() -> Iterator[list[ModelsvcProcess]]:
+    servers = [ModelsvcProcess(REPO).start(), ModelsvcProcess(REPO).start()]
+    try:
+        for server in servers:
+            server.wait_ready()
+        yield servers
+    finally:
+        for server in servers:
+            server.terminate()
+
+
+def _seen(result: InferResult) -> tuple[str, int]:
+    return result["CORRID"][0].decode(), int(result["FLAGS"][0])
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("scheme", ["http", "grpc"])
+def test_sync_sequence_flags_and_ids_reach_the_model(replicas: list[ModelsvcProcess], scheme: str) -> None:
+    server = replicas[0]
+    url = server.base if scheme == "http" else f"grpc://127.0.0.1:{server.grpc_port}"
+    with Client(url) as client:
+        with client.sequence("seqecho", 123) as seq:
+            seen = [_seen(seq.infer(IN=np.array([float(i)], np.float32))) for i in range(3)]
+            seen.append(_seen(seq.infer(IN=np.array([3.0], np.float32), end=True)))
+        assert seen == [("int:123", START), ("int:123", 0), ("int:123", 0), ("int:123", END)]
+        assert seq.ended
+        assert seq.steps == 4
+        with pytest.raises(ClientError, match="has ended"):
+            seq.infer(IN=np.ones(1, np.float32))
+        with client.sequence("seqecho", "doc-7") as text:  # one request both starts and ends
+            assert _seen(text.infer(IN=np.ones(1, np.float32), end=True)) == ("str:doc-7", START | END)
+
+
+@pytest.mark.integration
+def test_leaving_the_block_ends_the_sequence_even_after_an_error(replicas: list[ModelsvcProcess]) -> None:
+    sent: list[tuple[str, int]] = []
+
+    async def main() -> None:
+        async with AsyncClient(replicas[0].base) as client:
+            seq = client.sequence("seqecho")
+
+            async def fail() -> None:
+                async with seq:
+                    sent.append(_seen(await seq.infer(IN=np.ones(1, np.float32))))
+                    raise RuntimeError("the caller failed mid-sequence")
+
+            with pytest.raises(RuntimeError):
+                await fail()
+            assert seq.ended
+            assert isinstance(seq.id, int)
+            # the end went out with the last inputs again; a fresh sequence that never sent anything sends nothing
+            async with client.sequence("seqecho") as idle:
+                pass
+            assert idle.ended
+            assert idle.steps == 0
+
+    asyncio.run(main())
+    assert sent[0][1] == START
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("scheme", ["http", "grpc"])
+def test_a_sequence_sticks_to_one_replica_and_a_lost_replica_is_sequence_lost(
+    replicas: list[ModelsvcProcess], scheme: str
+) -> None:
+    def url(server: ModelsvcProcess) -> str:
+        return server.base if scheme == "http" else f"grpc://127.0.0.1:{server.grpc_port}"
+
+    async def main() -> None:
+        async with AsyncClient([url(s) for s in replicas]) as client:
+
+            async def one(n: int) -> set[int]:
+                async with client.sequence("seqecho") as seq:
+                    pids = {int((await seq.infer(IN=np.ones(1, np.float32)))["PID"][0]) for _ in range(n)}
+                    pids.add(int((await seq.infer(IN=np.ones(1, np.float32), end=True))["PID"][0]))
+                return pids
+
+            spread = await asyncio.gather(*(one(4) for _ in range(8)))
+            assert all(len(pids) == 1 for pids in spread)  # each sequence on one replica
+            assert len(set().union(*spread)) == 2  # and both replicas used (least outstanding, 8 at once)
+            assert [s.outstanding for s in client.replicas()] == [0, 0]
+
+    asyncio.run(main())
+
+
+@pytest.mark.integration
+def test_a_replica_killed_mid_sequence_raises_sequence_lost(replicas: list[ModelsvcProcess]) -> None:
+    """Last test of the module: it kills one replica."""
+
+    async def main() -> None:
+        urls = [s.base for s in replicas]
+        async with AsyncClient(urls, timeout=5) as client:
+            seq = client.sequence("seqecho")
+            await seq.infer(IN=np.ones(1, np.float32))
+            pinned = client._t.sequence_replica(seq.id)  # type: ignore[attr-defined]
+            holder = next(s for s in replicas if s.base == pinned)
+            assert holder.proc is not None
+            holder.proc.kill()
+            holder.proc.wait()
+            with pytest.raises(SequenceLost, match="failed mid-sequence"):
+                await seq.infer(IN=np.ones(1, np.float32))
+            with pytest.raises(SequenceLost, match="no replica holds it"):
+                await seq.infer(IN=np.ones(1, np.float32), end=True)
+            async with client.sequence("seqecho") as fresh:  # a new sequence starts on the survivor
+                assert _seen(await fresh.infer(IN=np.ones(1, np.float32), end=True))[1] == START | END
+
+    asyncio.run(main())
