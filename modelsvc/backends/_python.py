@@ -46,10 +46,11 @@ from typing import Any
 
 from google.protobuf import json_format
 
+from modelsvc.protocol import CONFIG_TO_WIRE, NUMPY_DTYPES
 from modelsvc.protocol._pbjson import message_to_json
 
 from . import python_utils as pb
-from ._base import ConfigMismatchError, ModelConfig, ModelInstance, ModelLoadError
+from ._base import ConfigMismatchError, ModelConfig, ModelInstance, ModelLoadError, data_type_name
 from ._devices import placements
 from ._pb_bls import _Caller
 from ._python_import import _ModelFile
@@ -143,6 +144,7 @@ class PythonBackend:
             cls = model_file.model_class()
             placements = _placements(config)
             outputs = {entry.name: _OutputSpec.of(entry) for entry in config.output}
+            outputs.update(_state_outputs(config))
             caller = _Caller(config.name, version, len(placements))
             base_args = {
                 "model_config": json.dumps(config_json(config)),
@@ -183,6 +185,19 @@ class PythonBackend:
         finally:
             model_file.release()  # the instances hold the module from here on
         return list(instances)
+
+
+def _state_outputs(config: ModelConfig) -> dict[str, _OutputSpec]:
+    """Implicit state (``sequence_batching { state }``): the model returns each state output in its response,
+    as in Triton's python backend; the sequence batcher keeps it and never sends it to the client."""
+    specs: dict[str, _OutputSpec] = {}
+    for state in config.sequence_batching.state:
+        type_name = data_type_name(state.data_type)
+        datatype = CONFIG_TO_WIRE.get(type_name, type_name)
+        specs[state.output_name] = _OutputSpec(
+            state.output_name, datatype, NUMPY_DTYPES.get(datatype), tuple(state.dims)
+        )
+    return specs
 
 
 def _placements(config: ModelConfig) -> list[tuple[str, str, int]]:

@@ -27,6 +27,11 @@ timed-out request batched, a queue past every delay always goes, plus the invari
 within a priority for prefix planners; the token budget and the buckets for the padding planner); plus tests of
 its own rules, as ``tests/test_planner.py`` has for the dynamic batcher and ``tests/test_padded_planner.py``
 for the padding-aware one.
+
+Triton's ``sequence_batching`` is not a planner: its requests are routed by correlation id to sequence slots
+that live across requests, so it is a scheduler of its own, ``SequenceScheduler`` (``_sequence.py``; settings
+``SequenceSettings`` in ``_sequence_config.py``, rows in ``_sequence_rows.py``), chosen in
+``modelsvc.server._version`` for a config with ``sequence_batching``.
 """
 
 from ._config import PLANNERS, QueuePolicy, SchedulerConfig, TimeoutAction, planner_for
@@ -36,6 +41,8 @@ from ._padding import PadInput, PadSpec
 from ._planner import Plan, Planner, Queued
 from ._queue import WorkItem
 from ._scheduler import Scheduler
+from ._sequence import SequenceScheduler
+from ._sequence_config import SequenceConfigError, SequenceSettings, load_initial_states
 from ._stats import BATCH_FILL_BUCKETS, BatchStat, Duration, FillHistogram, ModelStats
 from ._tracing import TracedBatch, TracedRequest
 
@@ -56,10 +63,14 @@ __all__ = [
     "Queued",
     "Scheduler",
     "SchedulerConfig",
+    "SequenceConfigError",
+    "SequenceScheduler",
+    "SequenceSettings",
     "TimeoutAction",
     "TracedBatch",
     "TracedRequest",
     "WorkItem",
+    "load_initial_states",
     "plan_batch",
     "planner_for",
 ]

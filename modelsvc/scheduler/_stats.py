@@ -85,10 +85,13 @@ class ModelStats:
     batch_fill: FillHistogram = field(default_factory=FillHistogram)
     """Padded batches by their fill, useful / computed tokens."""
 
-    def record_execution(self, batch_size: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
-        """One batch ran: ``batch_size`` inferences in one execution."""
+    def record_execution(
+        self, batch_size: int, input_ns: int, infer_ns: int, output_ns: int, *, inferences: int | None = None
+    ) -> None:
+        """One batch ran: ``batch_size`` rows in one execution, ``inferences`` of them requests (default: all;
+        fewer in a sequence batch with empty slots)."""
         self.execution_count += 1
-        self.inference_count += batch_size
+        self.inference_count += batch_size if inferences is None else inferences
         self.last_inference_ms = time.time_ns() // 1_000_000
         stat = self.batches.get(batch_size)
         if stat is None:

@@ -19,9 +19,17 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..backends import ModelConfig, get_backend
+from ..backends import ModelConfig, ModelLoadError, get_backend
 from ..repository import ModelSource, is_ensemble
-from ..scheduler import ModelStats, Scheduler, SchedulerConfig
+from ..scheduler import (
+    ModelStats,
+    Scheduler,
+    SchedulerConfig,
+    SequenceConfigError,
+    SequenceScheduler,
+    SequenceSettings,
+    load_initial_states,
+)
 from ._cache import ResponseCache, warn_if_uncached
 from ._ensemble import ComposingModels, EnsembleScheduler, create_ensemble_scheduler
 from ._spec import TensorSpec, tensor_specs
@@ -51,8 +59,9 @@ class ModelVersion:
     name: str
     version: int
     config: ModelConfig
-    scheduler: Scheduler | EnsembleScheduler
-    """An ensemble's scheduler runs its steps; every other model's is a (dynamic) batcher in front of its instances."""
+    scheduler: Scheduler | SequenceScheduler | EnsembleScheduler
+    """An ensemble's scheduler runs its steps; a model with ``sequence_batching`` has the sequence batcher; every
+    other model's is a (dynamic) batcher in front of its instances."""
     stats: ModelStats
     inputs: dict[str, TensorSpec]
     outputs: dict[str, TensorSpec]
@@ -96,9 +105,14 @@ async def build_version(
     if is_ensemble(source.config):
         return _build_ensemble_version(name, source, version, stats, composing)
     backend = get_backend(source.config)
+    sequence = _sequence_settings(source)
     instances = await asyncio.to_thread(backend.create_instances, source.config, source.artifact(version), version)
     try:
-        scheduler = Scheduler(SchedulerConfig.from_model_config(source.config), instances, stats, model_label=f"{name}")
+        scheduler: Scheduler | SequenceScheduler
+        if sequence is not None:
+            scheduler = SequenceScheduler(sequence, instances, stats, model_label=name)
+        else:
+            scheduler = Scheduler(SchedulerConfig.from_model_config(source.config), instances, stats, model_label=name)
         scheduler.start()
     except BaseException:
         for inst in instances:
@@ -129,6 +143,17 @@ async def build_version(
         ", ".join(f"{i.device} ({i.providers[0] if i.providers else '?'})" for i in instances),
     )
     return loaded
+
+
+def _sequence_settings(source: ModelSource) -> SequenceSettings | None:
+    """The sequence batcher's settings (with their initial states read) for a config with ``sequence_batching``."""
+    try:
+        settings = SequenceSettings.from_model_config(source.config)
+    except SequenceConfigError as exc:
+        raise ModelLoadError(str(exc)) from None
+    if settings is not None:
+        load_initial_states(settings, source.path)
+    return settings
 
 
 def _build_ensemble_version(

@@ -1,0 +1,520 @@
+"""Triton's sequence batcher: requests of stateful models, routed by correlation id to sequence slots.
+
+Each instance has ``SequenceSettings.slots`` sequence slots. A request that starts a sequence
+(``sequence_start``) takes a free slot (the lowest slot number first, spread over the instances, as Triton
+does) and keeps it until its END request has run or it has been idle for ``max_sequence_idle_microseconds``;
+when every slot is held the sequence waits in the backlog (never refused) and takes the next slot that frees.
+The requests of one sequence run one at a time, in arrival order.
+
+- ``direct``: a batch holds at most one request per slot of the instance, at the row of its slot; a slot
+  without a request below the highest ready slot is an empty row with READY false (zeros). With
+  ``max_queue_delay_microseconds`` the batch waits, up to that delay from its oldest request, until
+  ``minimum_slot_utilization`` of the slots have a request.
+- ``oldest``: a batch is formed from the oldest waiting request of each candidate sequence (slots here are
+  ``max_candidate_sequences``), up to ``max_batch_size``, never two of one sequence; it waits up to
+  ``max_queue_delay_microseconds`` for a full batch, or goes at the largest ``preferred_batch_size``.
+
+Python models (instances with ``execute_requests``) get the batch's requests only, no empty rows. Rows batch
+together only when their inputs agree in names and shapes. Each row gets the control tensors
+(``control_input``) and, for implicit state (``state``), the sequence's state input: the initial state at
+START, then the state output of the sequence's previous request; state outputs never reach the client.
+
+Errors, with Triton's messages (INVALID_ARG, a 400): no correlation id; a request without START for a sequence
+that is not live (never started, ended, or released after idling); a batch size other than 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import logging
+from collections import deque
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from time import perf_counter_ns
+from typing import Any
+
+from ..backends import BatchRequest, ModelInstance
+from ..protocol import InferRequest, InternalError, InvalidArgument, ModelsvcError, Unavailable
+from ._instances import Arrays, InstanceThread, Result
+from ._sequence_config import SequenceSettings
+from ._sequence_rows import (
+    CorrId,
+    corrid_value,
+    empty_row,
+    initial_state,
+    request_params,
+    row_inputs,
+    shape_key,
+    take_state,
+)
+from ._stats import ModelStats
+from ._tracing import TracedRequest
+
+logger = logging.getLogger("modelsvc.scheduler")
+
+
+@dataclass(eq=False, slots=True)
+class _Step:
+    """One request of a sequence."""
+
+    inputs: Arrays
+    outputs: tuple[str, ...]
+    request: InferRequest | None
+    future: asyncio.Future[Arrays]
+    start: bool
+    end: bool
+    enqueued_ns: int
+    key: Hashable
+    on_start: Callable[[int], None] | None = None
+    trace: TracedRequest | None = None
+
+
+@dataclass(eq=False, slots=True)
+class _Sequence:
+    corrid: CorrId
+    value: Any
+    """The correlation id as the CORRID control holds it."""
+    steps: deque[_Step] = field(default_factory=deque)
+    running: bool = False
+    lane: _Lane | None = None
+    slot: int = -1
+    state: Arrays | None = None
+    last_ns: int = 0
+    idle: asyncio.TimerHandle | None = None
+    live: bool = True
+    """Takes further requests (no END yet, not released)."""
+
+
+@dataclass(eq=False, slots=True)
+class _Lane:
+    """One instance: its thread, its sequence slots and whether a batch runs on it."""
+
+    index: int
+    worker: InstanceThread
+    slots: list[_Sequence | None]
+    busy: bool = False
+    timer: asyncio.TimerHandle | None = None
+
+
+class SequenceScheduler:
+    """The sequence batcher of one model version (same interface as ``Scheduler``)."""
+
+    def __init__(
+        self,
+        settings: SequenceSettings,
+        instances: Sequence[ModelInstance],
+        stats: ModelStats,
+        *,
+        model_label: str = "",
+    ) -> None:
+        if not instances:
+            raise ValueError("a scheduler needs at least one instance")
+        self.settings = settings
+        self.stats = stats
+        self._label = model_label or f"{stats.name}:{stats.version}"
+        self._instances = list(instances)
+        self._lanes: list[_Lane] = []
+        self._free: list[tuple[int, int]] = []  # (slot, lane index): a heap, lowest slot first
+        self._live: dict[tuple[bool, CorrId], _Sequence] = {}
+        self._backlog: deque[_Sequence] = deque()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closing = False
+        self._closer: asyncio.Task[None] | None = None
+        self._drained: asyncio.Event | None = None
+        self._oneshot = itertools.count(1)
+
+    # -- public ---------------------------------------------------------------------------------
+    @property
+    def pending_count(self) -> int:
+        """Requests waiting, not yet in a running batch (in slots and in the backlog)."""
+        waiting = sum(len(s.steps) for lane in self._lanes for s in lane.slots if s is not None)
+        return waiting + sum(len(s.steps) for s in self._backlog)
+
+    @property
+    def live_sequences(self) -> int:
+        """Sequences holding a slot."""
+        return sum(1 for lane in self._lanes for s in lane.slots if s is not None)
+
+    @property
+    def backlog_sequences(self) -> int:
+        """Sequences waiting for a slot."""
+        return len(self._backlog)
+
+    def start(self) -> None:
+        if self._loop is not None:
+            return
+        loop = self._loop = asyncio.get_running_loop()
+        self._drained = asyncio.Event()
+        for i, inst in enumerate(self._instances):
+            worker = InstanceThread(inst, loop, f"modelsvc-{self.stats.name}-{i}")
+            self._lanes.append(_Lane(i, worker, [None] * self.settings.slots))
+        self._free = [(slot, lane.index) for slot in range(self.settings.slots) for lane in self._lanes]
+        heapq.heapify(self._free)
+
+    async def infer(
+        self,
+        inputs: Arrays,
+        outputs: Sequence[str],
+        *,
+        priority: int = 0,
+        timeout_us: int | None = None,
+        on_start: Callable[[int], None] | None = None,
+        trace: TracedRequest | None = None,
+        request: InferRequest | None = None,
+    ) -> Arrays:
+        """Queue a request of a sequence and wait for its outputs. ``request`` None (a warmup sample): a
+        sequence of its own, started and ended by this request."""
+        step = self._enqueue(inputs, outputs, on_start, trace, request)
+        self._pump()
+        try:
+            return await step.future
+        except asyncio.CancelledError:
+            self._withdraw(step)
+            raise
+
+    async def close(self) -> None:
+        """Refuse new requests, run those queued (sequences that wait for more are released), stop."""
+        self._closing = True
+        if self._loop is None:
+            for inst in self._instances:
+                inst.close()
+            return
+        if self._closer is None:
+            self._closer = asyncio.get_running_loop().create_task(self._close())
+        await self._closer
+
+    async def _close(self) -> None:
+        self._pump()
+        assert self._drained is not None
+        if not self._is_drained():
+            await self._drained.wait()
+        for seq in list(self._live.values()):
+            self._cancel_idle(seq)
+        for lane in self._lanes:
+            if lane.timer is not None:
+                lane.timer.cancel()
+            await asyncio.to_thread(lane.worker.stop)
+        for inst in self._instances:
+            await asyncio.to_thread(inst.close)
+
+    # -- queueing -------------------------------------------------------------------------------
+    def _enqueue(
+        self,
+        inputs: Arrays,
+        outputs: Sequence[str],
+        on_start: Callable[[int], None] | None,
+        trace: TracedRequest | None,
+        request: InferRequest | None,
+    ) -> _Step:
+        if self._closing:
+            raise Unavailable(f"model '{self._label}' is shutting down")
+        loop = self._loop
+        assert loop is not None, "SequenceScheduler.start() was not called"
+        name = self.stats.name
+        if request is None:
+            corrid: CorrId = f"modelsvc-warmup-{next(self._oneshot)}"
+            start = end = True
+        else:
+            corrid, start, end = request_params(request.parameters, name)
+        if self.settings.max_batch_size > 0:
+            rows = next(iter(inputs.values())).shape[0] if inputs else 1
+            if rows != 1:
+                raise InvalidArgument(
+                    f"inference request to model '{name}' must specify batch-size 1 due to requirements of "
+                    "sequence batcher"
+                )
+        value = corrid_value(self.settings, corrid, name) if request is not None else None
+        key = (isinstance(corrid, str), corrid)
+        seq = self._live.get(key)
+        if seq is None and not start:
+            raise InvalidArgument(
+                f"inference request for sequence {corrid} to model '{name}' must specify the START flag on the "
+                "first request of the sequence"
+            )
+        now = perf_counter_ns()
+        if seq is None:
+            seq = _Sequence(corrid, value)
+            self._live[key] = seq
+            self._assign(seq)
+        elif start:
+            logger.warning(
+                "sequence %s for model '%s' has a conflict. The previous sequence did not end before this "
+                "sequence start. Previous sequence will be terminated early.",
+                corrid,
+                name,
+            )
+        step = _Step(
+            inputs, tuple(outputs), request, loop.create_future(), start, end, now, shape_key(inputs), on_start, trace
+        )
+        seq.steps.append(step)
+        seq.last_ns = now
+        if end:
+            seq.live = False
+            del self._live[key]
+            self._cancel_idle(seq)
+        elif seq.idle is None:
+            self._arm_idle(seq, self.settings.idle_ns)
+        return step
+
+    def _assign(self, seq: _Sequence) -> None:
+        """A slot for a new sequence, or the backlog."""
+        if self._free:
+            slot, index = heapq.heappop(self._free)
+            lane = self._lanes[index]
+            lane.slots[slot] = seq
+            seq.lane, seq.slot = lane, slot
+        else:
+            self._backlog.append(seq)
+
+    def _release(self, seq: _Sequence) -> None:
+        """The sequence is over (END ran, or idle): its slot goes to the backlog's first sequence, or is free."""
+        self._cancel_idle(seq)
+        seq.state = None
+        lane = seq.lane
+        if lane is None:
+            return
+        lane.slots[seq.slot] = None
+        slot = seq.slot
+        seq.lane, seq.slot = None, -1
+        if self._backlog:
+            nxt = self._backlog.popleft()
+            lane.slots[slot] = nxt
+            nxt.lane, nxt.slot = lane, slot
+        else:
+            heapq.heappush(self._free, (slot, lane.index))
+
+    def _withdraw(self, step: _Step) -> None:
+        """The caller went away before its request ran: it leaves its sequence's queue."""
+        for seq in self._sequences():
+            if step in seq.steps:
+                seq.steps.remove(step)
+                if step.end and not seq.steps and not seq.running:
+                    self._release(seq)
+                    self._drop_backlogged(seq)
+                break
+        self._pump()
+
+    def _drop_backlogged(self, seq: _Sequence) -> None:
+        if seq in self._backlog and not seq.steps:
+            self._backlog.remove(seq)
+
+    def _sequences(self) -> list[_Sequence]:
+        held = [s for lane in self._lanes for s in lane.slots if s is not None]
+        return held + list(self._backlog)
+
+    # -- idle sequences -------------------------------------------------------------------------
+    def _arm_idle(self, seq: _Sequence, after_ns: int) -> None:
+        assert self._loop is not None
+        seq.idle = self._loop.call_later(max(after_ns, 0) / 1e9, self._idle_check, seq)
+
+    def _cancel_idle(self, seq: _Sequence) -> None:
+        if seq.idle is not None:
+            seq.idle.cancel()
+            seq.idle = None
+
+    def _idle_check(self, seq: _Sequence) -> None:
+        seq.idle = None
+        if not seq.live:
+            return
+        left = seq.last_ns + self.settings.idle_ns - perf_counter_ns()
+        if left > 0 or seq.steps or seq.running or seq.lane is None:
+            self._arm_idle(seq, left if left > 0 else self.settings.idle_ns)
+            return
+        logger.info(
+            "sequence %s of model '%s' was idle for more than %d us: released",
+            seq.corrid,
+            self.stats.name,
+            self.settings.idle_ns // 1000,
+        )
+        seq.live = False
+        key = (isinstance(seq.corrid, str), seq.corrid)
+        if self._live.get(key) is seq:
+            del self._live[key]
+        self._release(seq)
+        self._pump()
+
+    # -- batching -------------------------------------------------------------------------------
+    def _pump(self) -> None:
+        if self._closing:
+            self._release_waiting()
+        for lane in self._lanes:
+            if not lane.busy:
+                self._try_lane(lane)
+        if self._closing and self._drained is not None and self._is_drained():
+            self._drained.set()
+
+    def _is_drained(self) -> bool:
+        return not any(lane.busy for lane in self._lanes) and not any(s.steps for s in self._sequences())
+
+    def _release_waiting(self) -> None:
+        """While closing: sequences that wait for requests that will not come give their slots up."""
+        for lane in self._lanes:
+            for seq in lane.slots:
+                if seq is not None and not seq.steps and not seq.running:
+                    seq.live = False
+                    key = (isinstance(seq.corrid, str), seq.corrid)
+                    if self._live.get(key) is seq:
+                        del self._live[key]
+                    self._release(seq)
+
+    def _try_lane(self, lane: _Lane) -> None:
+        ready = [(slot, s) for slot, s in enumerate(lane.slots) if s is not None and s.steps and not s.running]
+        if not ready:
+            return
+        cfg = self.settings
+        now = perf_counter_ns()
+        if cfg.strategy == "oldest":
+            ready.sort(key=lambda r: r[1].steps[0].enqueued_ns)
+        key = ready[0][1].steps[0].key
+        chosen = [r for r in ready if r[1].steps[0].key == key]
+        limit = max(1, cfg.max_batch_size)
+        if cfg.strategy == "oldest":
+            chosen = chosen[:limit]
+        wait_ns = 0 if self._closing else self._wait_ns(len(chosen), chosen, now)
+        if wait_ns > 0:
+            if lane.timer is None:
+                assert self._loop is not None
+                lane.timer = self._loop.call_later(wait_ns / 1e9, self._lane_timer, lane)
+            return
+        if lane.timer is not None:
+            lane.timer.cancel()
+            lane.timer = None
+        if cfg.strategy == "direct":
+            chosen.sort(key=lambda r: r[0])
+        self._launch(lane, chosen)
+
+    def _wait_ns(self, count: int, chosen: list[tuple[int, _Sequence]], now: int) -> int:
+        """How much longer to wait for a fuller batch (0: go now)."""
+        cfg = self.settings
+        delay = cfg.max_queue_delay_ns
+        if delay <= 0:
+            return 0
+        oldest = min(s.steps[0].enqueued_ns for _, s in chosen)
+        left = oldest + delay - now
+        if left <= 0:
+            return 0
+        if cfg.strategy == "direct":
+            return 0 if count >= cfg.minimum_slot_utilization * cfg.slots else left
+        if count >= max(1, cfg.max_batch_size):
+            return 0
+        if cfg.preferred_batch_sizes and count == cfg.preferred_batch_sizes[-1]:
+            return 0
+        return left
+
+    def _lane_timer(self, lane: _Lane) -> None:
+        lane.timer = None
+        if not lane.busy:
+            self._try_lane(lane)
+
+    def _launch(self, lane: _Lane, chosen: list[tuple[int, _Sequence]]) -> None:
+        cfg = self.settings
+        start_ns = perf_counter_ns()
+        taken: list[tuple[_Sequence, _Step]] = []
+        rows: list[Arrays] = []
+        for _, seq in chosen:
+            step = seq.steps.popleft()
+            seq.running = True
+            if step.start or seq.state is None:
+                seq.state = initial_state(cfg)
+            rows.append(
+                row_inputs(cfg, step.inputs, seq.state, start=step.start, end=step.end, ready=True, corrid=seq.value)
+            )
+            taken.append((seq, step))
+        per_request = lane.worker.per_request is not None
+        order: list[int | None] = list(range(len(rows)))  # batch row -> index into taken (None: an empty row)
+        if not per_request and cfg.strategy == "direct" and cfg.max_batch_size > 0:
+            slots = [slot for slot, _ in chosen]
+            by_slot = dict(zip(slots, range(len(rows)), strict=True))
+            order = [by_slot.get(slot) for slot in range(max(slots) + 1)]
+            template = rows[0]
+            rows = [rows[i] if i is not None else empty_row(cfg, template) for i in order]
+        executed = len(rows)
+        traced = self._started(taken, executed)
+        lane.busy = True
+        wanted = cfg.state_outputs
+
+        def done(result: Result | None, exc: BaseException | None) -> None:
+            self._finished(lane, taken, order, executed, start_ns, result, exc)
+            if traced is not None:
+                try:
+                    traced.finished(exc, None if result is None else result[1:])
+                except Exception:
+                    logger.exception("tracing a batch of %s failed", self._label)
+
+        if per_request:
+            batch = [
+                BatchRequest(row, tuple(dict.fromkeys(step.outputs + wanted)), step.request)
+                for row, (_, step) in zip(rows, taken, strict=True)
+            ]
+            lane.worker.submit(batch, None, done)
+        else:
+            names = tuple(dict.fromkeys(itertools.chain(*(step.outputs for _, step in taken), wanted)))
+            lane.worker.submit(rows, names, done)
+
+    def _started(self, taken: list[tuple[_Sequence, _Step]], rows: int) -> Any:
+        traced: list[TracedRequest] = []
+        for _, step in taken:
+            if step.on_start is not None:
+                try:
+                    step.on_start(rows)
+                except Exception:
+                    logger.exception("on_start hook of a request to %s failed", self._label)
+            if step.trace is not None:
+                traced.append(step.trace)
+        if not traced:
+            return None
+        try:
+            return traced[0].batch_started(traced, rows)
+        except Exception:
+            logger.exception("tracing a batch of %s failed", self._label)
+            return None
+
+    def _finished(
+        self,
+        lane: _Lane,
+        taken: list[tuple[_Sequence, _Step]],
+        order: list[int | None],
+        executed: int,
+        start_ns: int,
+        result: Result | None,
+        exc: BaseException | None,
+    ) -> None:
+        lane.busy = False
+        answers: list[Arrays | BaseException]
+        if exc is not None or result is None:
+            answers = [self._error(exc)] * len(taken)
+        else:
+            parts, in_ns, infer_ns, out_ns = result
+            answers = [InternalError("no answer")] * len(taken)
+            for row, index in enumerate(order):
+                if index is not None:
+                    answers[index] = parts[row]
+            self.stats.record_execution(executed, in_ns, infer_ns, out_ns, inferences=len(taken))
+            waited = start_ns * len(taken) - sum(step.enqueued_ns for _, step in taken)
+            self.stats.record_requests(len(taken), waited, in_ns, infer_ns, out_ns)
+        for (seq, step), answer in zip(taken, answers, strict=True):
+            seq.running = False
+            if not isinstance(answer, BaseException):
+                try:
+                    answer = dict(answer)
+                    seq.state = take_state(self.settings, answer, self.stats.name)
+                    answer = {name: answer[name] for name in step.outputs if name in answer}
+                except ModelsvcError as err:
+                    logger.error("%s", err)
+                    answer = err
+            if not step.future.done():
+                if isinstance(answer, BaseException):
+                    step.future.set_exception(self._error(answer))
+                else:
+                    step.future.set_result(answer)
+            if step.end and not seq.steps:
+                self._release(seq)
+        self._pump()
+
+    def _error(self, exc: BaseException | None) -> ModelsvcError:
+        if isinstance(exc, ModelsvcError):
+            return exc
+        logger.error("model %s failed to execute a sequence batch", self._label, exc_info=exc)
+        return InternalError(f"model '{self._label}' failed to execute the request")
