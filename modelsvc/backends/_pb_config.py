@@ -69,11 +69,6 @@ class ModelConfig:
         self._add("output", output, _OUTPUT_KEYS)
 
     def set_model_transaction_policy(self, transaction_policy_dict: dict[str, Any]) -> None:
-        if transaction_policy_dict.get("decoupled"):
-            raise ValueError(
-                f"auto_complete_config of model '{self._config['name']}' asks for a decoupled transaction "
-                "policy; modelsvc's python backend does not support decoupled models"
-            )
         unknown = set(transaction_policy_dict) - {"decoupled"}
         if unknown:
             raise ValueError(f"model_transaction_policy has no field(s) {sorted(unknown)}")

@@ -44,6 +44,7 @@ class InferenceRequest(BLSRequest):
         "_parameters",
         "_request_id",
         "_requested",
+        "_sender",
         "_timeout_us",
     )
 
@@ -75,6 +76,7 @@ class InferenceRequest(BLSRequest):
         self._flags = flags
         self._timeout_us = timeout
         self._parameters: dict[str, Any] = dict(parameters) if parameters else {}
+        self._sender: Any = None
 
     @classmethod
     def _incoming(
@@ -84,9 +86,12 @@ class InferenceRequest(BLSRequest):
         request: InferRequest | None,
         model_name: str,
         model_version: int,
+        sender: Any = None,
     ) -> InferenceRequest:
-        """A request handed to ``execute`` (no argument checks: the data plane made them)."""
+        """A request handed to ``execute`` (no argument checks: the data plane made them); ``sender``: its
+        ``InferenceResponseSender`` when the model is decoupled."""
         self = cls.__new__(cls)
+        self._sender = sender
         params = request.parameters if request is not None else {}
         self._request_id = (request.id or "") if request is not None else ""
         self._correlation_id = params.get("sequence_id", 0) if params else 0
@@ -137,13 +142,17 @@ class InferenceRequest(BLSRequest):
         return InferenceTrace()
 
     def is_cancelled(self) -> bool:
-        return False
+        """True once the request's client went away (a decoupled model's stream was cancelled)."""
+        return self._sender is not None and bool(self._sender.is_cancelled())
 
     def get_response_sender(self) -> Any:
-        raise TritonModelException(
-            "get_response_sender() is for decoupled models, which modelsvc's python backend does not support; "
-            "return one InferenceResponse per request from execute()"
-        )
+        """The request's ``InferenceResponseSender`` (decoupled models; the same object at every call)."""
+        if self._sender is None:
+            raise TritonModelException(
+                "get_response_sender() is for decoupled models (model_transaction_policy { decoupled: true }); "
+                "a model that is not decoupled returns one InferenceResponse per request from execute()"
+            )
+        return self._sender
 
     def set_release_flags(self, flags: int) -> None:
         if flags & TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:

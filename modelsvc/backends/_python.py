@@ -3,7 +3,8 @@
 Models written for Triton's python backend run unchanged: ``import triton_python_backend_utils as
 pb_utils`` finds :mod:`modelsvc.backends.python_utils`; ``auto_complete_config(config)`` (optional),
 ``initialize(args)`` (optional, ``args`` with Triton's keys, all strings), ``execute(requests)`` returning
-one ``InferenceResponse`` per request, and ``finalize()`` (optional) are called as Triton calls them.
+one ``InferenceResponse`` per request (a decoupled model answers through each request's response sender
+and returns None: see ``_pb_sender``), and ``finalize()`` (optional) are called as Triton calls them.
 
 Where it differs from Triton. Triton runs each instance in a process of its own and moves tensors
 through shared memory; here each instance is a ``TritonPythonModel`` object inside the server process,
@@ -73,9 +74,6 @@ def _transaction_policy_is_decoupled(config: ModelConfig) -> bool:
     return bool(config.HasField("model_transaction_policy") and config.model_transaction_policy.decoupled)
 
 
-_DECOUPLED = "decoupled models (model_transaction_policy { decoupled: true }) are not supported by modelsvc"
-
-
 # --- the backend --------------------------------------------------------------------------------------
 
 
@@ -94,8 +92,6 @@ class PythonBackend:
 
     def autocomplete(self, config: ModelConfig, artifact: Path) -> None:
         """Call the model's ``auto_complete_config`` (if it has one) and take the configuration it returns."""
-        if _transaction_policy_is_decoupled(config):
-            raise ConfigMismatchError(_DECOUPLED, field="model_transaction_policy")
         model_file = _ModelFile(artifact, config.name, _version_of(artifact))
         try:
             hook = getattr(model_file.model_class(), "auto_complete_config", None)
@@ -127,8 +123,6 @@ class PythonBackend:
                 raise ConfigMismatchError(
                     f"auto_complete_config of '{artifact}' renamed the model to '{completed.name}'", field="name"
                 )
-            if _transaction_policy_is_decoupled(completed):
-                raise ConfigMismatchError(_DECOUPLED)
             config.CopyFrom(completed)
         finally:
             model_file.release()
@@ -136,8 +130,6 @@ class PythonBackend:
     def create_instances(self, config: ModelConfig, artifact: Path, version: int) -> list[ModelInstance]:
         """One ``TritonPythonModel`` per instance (per ``instance_group`` entry, ``count`` x each GPU),
         each initialized with its own ``args``; ModelLoadError naming the file or the failure."""
-        if _transaction_policy_is_decoupled(config):
-            raise ModelLoadError(_DECOUPLED)
         model_file = _ModelFile(artifact, config.name, version)
         instances: list[PythonInstance] = []
         try:
@@ -169,6 +161,7 @@ class PythonBackend:
                     caller,
                     outputs,
                     config.max_batch_size > 0,
+                    _transaction_policy_is_decoupled(config),
                 )
                 instances.append(instance)
                 args = {

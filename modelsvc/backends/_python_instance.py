@@ -4,6 +4,8 @@ loop for ``async def execute``, and the checks that turn its responses into outp
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import functools
 import inspect
 import logging
 import threading
@@ -18,8 +20,10 @@ from modelsvc.protocol import CONFIG_TO_WIRE, NUMPY_DTYPES, InternalError, Model
 
 from . import python_utils as pb
 from ._base import Arrays, BatchRequest, ModelLoadError
+from ._decoupled import channel_of
 from ._pb_bls import _Caller, _refuse_server_calls, _set_caller
 from ._pb_errors import _error_from_triton
+from ._pb_sender import InferenceResponseSender, run_decoupled
 from ._pb_tensor import _all_bytes, _bytes_array
 from ._python_import import _ModelFile
 
@@ -82,11 +86,15 @@ class _LoopThread:
 
     def run(self, awaitable: Any) -> Any:
         """Run ``awaitable`` on the loop and wait for its result (from any other thread)."""
+        return self.start(awaitable).result()
+
+    def start(self, awaitable: Any) -> concurrent.futures.Future[Any]:
+        """Start ``awaitable`` on the loop; its future (from any other thread)."""
 
         async def wrapped() -> Any:
             return await awaitable
 
-        return asyncio.run_coroutine_threadsafe(wrapped(), self.loop).result()
+        return asyncio.run_coroutine_threadsafe(wrapped(), self.loop)
 
     def close(self) -> None:
         async def cancel_the_rest() -> None:
@@ -115,6 +123,7 @@ class PythonInstance:
         caller: _Caller,
         outputs: dict[str, _OutputSpec],
         batching: bool,
+        decoupled: bool = False,
     ) -> None:
         self.name = name
         self.device = device
@@ -126,6 +135,8 @@ class PythonInstance:
         self._label = caller.model
         self._outputs = outputs
         self._batching = batching
+        self._decoupled = decoupled
+        """``model_transaction_policy { decoupled: true }``: answers go through each request's response sender."""
         self._loop: _LoopThread | None = None
         self._closed = False
         self._execute_is_async = inspect.iscoroutinefunction(getattr(model, "execute", None))
@@ -173,9 +184,12 @@ class PythonInstance:
             self._file.release()
 
     def _await(self, awaitable: Any) -> Any:
+        return self._loop_thread().run(awaitable)
+
+    def _loop_thread(self) -> _LoopThread:
         if self._loop is None:
             self._loop = _LoopThread(self.name, self._caller)
-        return self._loop.run(awaitable)
+        return self._loop
 
     # -- execution -----------------------------------------------------------------------------------
     def execute(self, inputs: Arrays, output_names: Sequence[str]) -> Arrays:
@@ -190,6 +204,8 @@ class PythonInstance:
         """Run ``execute`` on the batch's requests; one entry per request: its outputs or its error."""
         if self._closed:
             raise Unavailable(f"model instance '{self.name}' is closed")
+        if self._decoupled:
+            return self._execute_decoupled(batch)
         version = self._caller.version
         requests = [
             pb.InferenceRequest._incoming(
@@ -229,6 +245,39 @@ class PythonInstance:
             logger.error("%s", message)
             return [InternalError(message) for _ in batch]
         return [self._answer(item, response) for item, response in zip(batch, responses, strict=True)]
+
+    def _execute_decoupled(self, batch: Sequence[BatchRequest]) -> list[Arrays | BaseException]:
+        """Run a decoupled model's ``execute``: its answers go through the senders; each request's entry here
+        is empty (the instance is free once ``execute`` returns, or, for ``async def execute``, once it started)."""
+        version = self._caller.version
+        senders = [
+            InferenceResponseSender(channel_of(item.request), functools.partial(self._answer, item), self._label)
+            for item in batch
+        ]
+        requests = [
+            pb.InferenceRequest._incoming(
+                [pb.Tensor._wrap(name, array) for name, array in item.inputs.items()],
+                item.outputs,
+                item.request,
+                self._label,
+                version,
+                sender,
+            )
+            for item, sender in zip(batch, senders, strict=True)
+        ]
+        _set_caller(self._caller)
+        try:
+            run_decoupled(
+                self._model.execute,
+                requests,
+                senders,
+                self._label,
+                lambda coroutine: self._loop_thread().start(coroutine),
+                self._execute_is_async,
+            )
+        finally:
+            _set_caller(None)
+        return [{} for _ in batch]
 
     def _answer(self, item: BatchRequest, response: Any) -> Arrays | ModelsvcError:
         """A response as the request's outputs, or the error that fails this request."""

@@ -21,8 +21,11 @@ scheduler, batcher and statistics apply, as for a request over HTTP, without a n
 request that fails (unknown model, bad input, full queue) answers with a response whose ``has_error()``
 is true, as in Triton; it does not raise.
 
-Not supported, refused with a clear error: decoupled models (``get_response_sender``,
-``exec(decoupled=True)``, a decoupled transaction policy) and request rescheduling. Custom metrics
+Decoupled models (``model_transaction_policy { decoupled: true }``): ``request.get_response_sender()``
+gives an ``InferenceResponseSender`` (``send(response, flags)``, ``is_cancelled()``; see ``_pb_sender``).
+
+Not supported, refused with a clear error: BLS requests to decoupled models (``exec(decoupled=True)``) and
+request rescheduling. Custom metrics
 (``MetricFamily``) count in the process but are not exported on ``/metrics``.
 
 Where the code lives: ``_pb_tensor`` (tensors, type tables), ``_pb_errors``, ``_pb_response`` (responses,
@@ -60,6 +63,7 @@ from ._pb_response import (
     PreferredMemory,
     get_output_tensor_by_name,
 )
+from ._pb_sender import InferenceResponseSender
 from ._pb_tensor import (
     TRITON_STRING_TO_NUMPY,
     Tensor,
@@ -91,6 +95,7 @@ __all__ = [
     "TRITON_STRING_TO_NUMPY",
     "InferenceRequest",
     "InferenceResponse",
+    "InferenceResponseSender",
     "InferenceTrace",
     "Logger",
     "Metric",

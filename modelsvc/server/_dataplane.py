@@ -6,20 +6,24 @@ import asyncio
 import contextlib
 import math
 import time
+from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .. import __version__
 from ..backends import bind_inprocess
+from ..backends._decoupled import DecoupledRequest, ResponseChannel, Sent
 from ..protocol import (
     InferRequest,
     InferResponse,
+    InternalError,
     InvalidArgument,
     ModelsvcError,
     NotFound,
     Tensor,
     Unavailable,
+    Unsupported,
 )
 from ..protocol._pbjson import message_to_json
 from ._models import ModelControlMode, ModelManager
@@ -111,13 +115,27 @@ class DataPlane:
 
     # -- inference ------------------------------------------------------------------------------
     async def infer(
-        self, name: str, version: str | None, request: InferRequest, trace: RequestTrace | None = None
+        self,
+        name: str,
+        version: str | None,
+        request: InferRequest,
+        trace: RequestTrace | None = None,
+        *,
+        endpoint: str | None = None,
     ) -> InferResponse:
-        """Run one request; ``trace`` (from ``self.tracing``) records its queue and compute spans."""
+        """Run one request; ``trace`` (from ``self.tracing``) records its queue and compute spans. A decoupled
+        model is refused (UNSUPPORTED) as Triton refuses it, with ``endpoint`` (``"HTTP end point"``,
+        ``"ModelInfer RPC"``) in Triton's words: only a stream (``infer_stream``) runs it."""
         start = time.perf_counter_ns()
         if not self.accepting:
             raise Unavailable("the server is not accepting inference requests (starting or shutting down)")
         mv = self.models.get(name, version)
+        if is_decoupled(mv):
+            if endpoint is not None:
+                raise Unsupported(f"{endpoint} doesn't support models with decoupled transaction policy")
+            raise Unsupported(
+                f"model '{name}' uses the decoupled transaction policy: only a stream (gRPC ModelStreamInfer) runs it"
+            )
         try:
             inputs = _check_inputs(mv, request)
             wanted = _requested_outputs(mv, request)
@@ -151,6 +169,52 @@ class DataPlane:
             raise
         mv.stats.success.add(time.perf_counter_ns() - start)
         return response
+
+    async def infer_stream(
+        self, name: str, version: str | None, request: InferRequest, trace: RequestTrace | None = None
+    ) -> AsyncGenerator[tuple[InferResponse | ModelsvcError | None, bool], None]:
+        """Run one request of a stream (gRPC ``ModelStreamInfer``): each response as the model sends it, with
+        whether it is the last. A decoupled model gives zero or more responses (an error fails one response
+        and the stream goes on; None: the final flag sent without a response); any other model its one
+        response, final. Errors before the model runs (bad input, full queue) raise. Closing the iterator
+        before the final response cancels the request: the model's ``is_cancelled()`` turns true."""
+        mv = self.models.get(name, version)
+        if not is_decoupled(mv):
+            yield await self.infer(name, version, request, trace), True
+            return
+        start = time.perf_counter_ns()
+        if not self.accepting:
+            raise Unavailable("the server is not accepting inference requests (starting or shutting down)")
+        loop = asyncio.get_running_loop()
+        channel = ResponseChannel(loop)
+        final = False
+        run: asyncio.Future[Any] | None = None
+        try:
+            inputs = _check_inputs(mv, request)
+            wanted = _requested_outputs(mv, request)
+            params = request.parameters
+            priority = _int_param(params, "priority") if params else 0
+            timeout_us = (_int_param(params, "timeout") or None) if params else None
+            if trace is not None:
+                trace.enqueued(mv.version_label)
+            streamed = DecoupledRequest(request.inputs, request.id, request.outputs, request.parameters, channel)
+            run = asyncio.ensure_future(
+                mv.scheduler.infer(
+                    inputs, wanted, priority=priority, timeout_us=timeout_us, trace=trace, request=streamed
+                )
+            )
+            while not final:
+                sent, final = await _next_response(channel, run)
+                yield _stream_response(mv, name, request, wanted, sent), final
+        except BaseException:
+            mv.stats.fail.add(time.perf_counter_ns() - start)
+            raise
+        finally:
+            if not final:
+                channel.cancel()  # the caller went away (or the request failed): the model may stop
+                if run is not None and not run.done():
+                    run.cancel()  # withdrawn if still queued
+        mv.stats.success.add(time.perf_counter_ns() - start)
 
     def _cache_identity(self, mv: ModelVersion) -> str:
         """What the response cache keys a version by: its label and which load of it this is (a reload gets a
@@ -195,6 +259,47 @@ class DataPlane:
 
 _NO_MODEL_CONTROL = "explicit model load / unload is not allowed if polling is enabled"
 """Triton's words (and code, UNAVAILABLE) for load and unload outside model control mode EXPLICIT."""
+
+
+def is_decoupled(mv: ModelVersion) -> bool:
+    """Whether ``mv`` answers through response senders (``model_transaction_policy { decoupled: true }``; the
+    python backend is the one that has them)."""
+    config = mv.config
+    return bool(config.model_transaction_policy.decoupled) and config.backend == "python"
+
+
+async def _next_response(channel: ResponseChannel, run: asyncio.Future[Any]) -> tuple[Sent, bool]:
+    """The next response sent, or the error that ``run`` (the request in the scheduler) failed with."""
+    while True:
+        try:
+            return channel.get_nowait()
+        except asyncio.QueueEmpty:
+            pass
+        if run.done():
+            run.result()  # raises the request's error (a full queue, a timeout, a closed instance)
+            return await channel.get()
+        getter = asyncio.ensure_future(channel.get())
+        await asyncio.wait((getter, run), return_when=asyncio.FIRST_COMPLETED)
+        if getter.done():
+            return getter.result()
+        getter.cancel()
+
+
+def _stream_response(
+    mv: ModelVersion, name: str, request: InferRequest, wanted: list[str], sent: Sent
+) -> InferResponse | ModelsvcError | None:
+    if sent is None:
+        return None
+    if isinstance(sent, ModelsvcError):
+        return sent
+    if isinstance(sent, BaseException):
+        return InternalError(f"model '{name}' failed to execute the request")
+    return InferResponse(
+        model_name=name,
+        model_version=mv.version_label,
+        outputs=[_output_tensor(mv.outputs[n], sent, n, mv.batching) for n in wanted],
+        id=request.id,
+    )
 
 
 def _tensor_meta(spec: TensorSpec, batch: tuple[int, ...]) -> dict[str, Any]:

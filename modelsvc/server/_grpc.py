@@ -8,12 +8,14 @@ Errors travel as gRPC status codes with Triton's meaning (``GRPC_STATUS``); an u
 a fixed message and its detail goes to the log. Messages larger than ``max_message_size`` (either way) are refused
 by grpcio itself with RESOURCE_EXHAUSTED.
 
-``ModelStreamInfer`` works as Triton's does for models that are not decoupled: the requests of one stream run
-concurrently (up to ``STREAM_WINDOW`` at a time), each gets exactly one ``ModelStreamInferResponse``, marked with
-the parameter ``triton_final_response: true``, and the answers go back in the order the requests came (a slow
-request holds back the answers after it, as in Triton). A request that fails gets its answer with ``error_message``
-set and only its id, model name and version in ``infer_response``; the stream goes on. When the server drains, a
-stream stops reading, answers what it has read, and ends with UNAVAILABLE if the client had not closed its side.
+``ModelStreamInfer`` works as Triton's does (``_stream``): the requests of one stream run concurrently (up to
+``STREAM_WINDOW`` at a time); a model that is not decoupled gives each exactly one ``ModelStreamInferResponse``,
+marked with the parameter ``triton_final_response: true``, in the order the requests came (a slow request holds
+back the answers after it, as in Triton); a decoupled model's responses go out as it sends them. A request that
+fails gets its answer with ``error_message`` set and only its id, model name and version in ``infer_response``;
+the stream goes on. ``ModelInfer`` on a decoupled model answers UNIMPLEMENTED, as in Triton. When the server
+drains, a stream stops reading, answers what it has read, and ends with UNAVAILABLE if the client had not closed
+its side.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from ._errors import INTERNAL_MESSAGE, http_error
 from ._grpc_calls import GrpcCalls, H2GrpcServer
 from ._grpc_codec import _wire, decode_infer_request, encode_infer_response
 from ._restricted import RestrictedApis, RestrictionInterceptor
+from ._stream import serve_stream
 from ._tracing import RequestTrace
 
 logger = logging.getLogger("modelsvc.grpc")
@@ -47,9 +50,6 @@ Context = grpc.aio.ServicerContext[Any, Any]
 
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 """Largest message taken or sent: the same as the HTTP body limit. (Triton's gRPC allows 2 GiB and has no flag.)"""
-
-STREAM_WINDOW = 128
-"""How many requests of one stream may be in flight at once; beyond that the stream is not read (flow control)."""
 
 GRPC_STATUS: dict[ErrorKind, grpc.StatusCode] = {
     ErrorKind.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
@@ -211,19 +211,24 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: 
 
     # -- inference --------------------------------------------------------------------------------------------
     async def _infer(
-        self, message: Any, headers: Sequence[tuple[bytes, bytes]], encode: Callable[[InferResponse], Any]
+        self,
+        message: Any,
+        headers: Sequence[tuple[bytes, bytes]],
+        encode: Callable[[InferResponse], Any],
+        endpoint: str | None = None,
     ) -> Any:
-        """One request through the data plane, with its trace when tracing is on; errors propagate."""
+        """One request through the data plane, with its trace when tracing is on; errors propagate. ``endpoint``:
+        how a refusal of a decoupled model names the call."""
         model = message.model_name
         version = message.model_version or None
         tracing = self.dataplane.tracing
         trace = None if tracing is None else tracing.start(model, version, headers)
         if trace is None:
-            return encode(await self.dataplane.infer(model, version, decode_infer_request(message)))
+            return encode(await self.dataplane.infer(model, version, decode_infer_request(message), endpoint=endpoint))
         try:
             request = decode_infer_request(message)
             trace.request(request.id)
-            answer = encode(await self.dataplane.infer(model, version, request, trace))
+            answer = encode(await self.dataplane.infer(model, version, request, trace, endpoint=endpoint))
         except Exception as exc:
             _end_trace(trace, exc, _code(exc))
             raise
@@ -236,55 +241,15 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: 
     async def ModelInfer(self, request: Any, context: Context) -> Any:
         headers = _trace_headers(context) if self.dataplane.tracing is not None else ()
         try:
-            return await self._infer(request, headers, self._encode)
+            return await self._infer(request, headers, self._encode, "ModelInfer RPC")
         except Exception as exc:
             await _abort(context, exc)
 
     async def ModelStreamInfer(self, request_iterator: Any, context: Context) -> None:
-        """Answer each request of the stream, in order; requests run concurrently within ``STREAM_WINDOW``."""
+        """Answer every request of the stream (``_stream``): one answer each, in order, for models that are not
+        decoupled; each response as it is sent for decoupled models."""
         headers = _trace_headers(context) if self.dataplane.tracing is not None else ()
-        answers: asyncio.Queue[asyncio.Future[Any] | None] = asyncio.Queue()
-        window = asyncio.Semaphore(STREAM_WINDOW)
-        reader = asyncio.ensure_future(self._read_stream(request_iterator, answers, window, headers))
-        self._stream_readers.add(reader)
-        try:
-            while (pending := await answers.get()) is not None:
-                await context.write(await pending)
-                window.release()
-            await asyncio.wait({reader})  # it queued its last word; let it finish
-            if reader.cancelled():  # the server drains and the client had more to say
-                await context.abort(grpc.StatusCode.UNAVAILABLE, SHUTTING_DOWN)
-            error = reader.exception()
-            if error is not None:
-                await _abort(context, error)
-        finally:
-            self._stream_readers.discard(reader)
-            reader.cancel()
-            while not answers.empty():  # the client went away: withdraw what is still queued
-                left = answers.get_nowait()
-                if left is not None:
-                    left.cancel()
-
-    async def _read_stream(
-        self,
-        request_iterator: Any,
-        answers: asyncio.Queue[asyncio.Future[Any] | None],
-        window: asyncio.Semaphore,
-        headers: Sequence[tuple[bytes, bytes]],
-    ) -> None:
-        try:
-            if self.draining:
-                raise asyncio.CancelledError
-            iterator = request_iterator.__aiter__()
-            while True:
-                await window.acquire()  # taken before reading, so a cancelled reader holds no unanswered request
-                try:
-                    message = await iterator.__anext__()
-                except StopAsyncIteration:
-                    break
-                answers.put_nowait(asyncio.ensure_future(self._stream_answer(message, headers)))
-        finally:
-            answers.put_nowait(None)
+        await serve_stream(self, request_iterator, context, headers)
 
     async def _stream_answer(self, message: Any, headers: Sequence[tuple[bytes, bytes]]) -> Any:
         """The one answer to a stream's request, marked ``triton_final_response`` as Triton marks it."""

@@ -293,7 +293,7 @@ class InferEndpoint:
             request = decode_infer_request(body, length)
             if trace is not None:
                 trace.request(request.id)
-            response = await self.dataplane.infer(model, version, request, trace)
+            response = await self.dataplane.infer(model, version, request, trace, endpoint="HTTP end point")
             default = request.binary_data_output
             wanted = {o.name: o.binary for o in request.outputs or ()}
             flags = [default if wanted.get(t.name) is None else bool(wanted[t.name]) for t in response.outputs]
