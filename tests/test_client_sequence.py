@@ -24,6 +24,7 @@ from modelsvc.protocol import Tensor
 from tests._server import ModelsvcProcess
 
 REPO = Path(__file__).parent / "data" / "edge_seqecho"
+ACCUMULATE = Path(__file__).parent / "data" / "seq_models" / "accumulate_state"
 START, END = 1, 2  # TRITONSERVER_REQUEST_FLAG_SEQUENCE_START / _END
 ONE = Tensor("IN", "FP32", (1,), np.ones(1, np.float32))
 CASES = [(42, True, False), (7, False, False), (2**40, False, True), ("doc-1", True, True), ("é", False, True)]
@@ -73,8 +74,13 @@ def test_bad_sequence_ids_are_refused_before_sending(bad: Any) -> None:
 
 
 @pytest.fixture(scope="module")
-def replicas() -> Iterator[list[ModelsvcProcess]]:
-    servers = [ModelsvcProcess(REPO).start(), ModelsvcProcess(REPO).start()]
+def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[ModelsvcProcess]]:
+    """Two replicas of a repository of seqecho and seq's accumulate_state (the server keeps each sequence's sum as
+    implicit state, starting at 100)."""
+    repo = tmp_path_factory.mktemp("sequences")
+    (repo / "seqecho").symlink_to(REPO / "seqecho")
+    (repo / "accumulate_state").symlink_to(ACCUMULATE)
+    servers = [ModelsvcProcess(repo).start(), ModelsvcProcess(repo).start()]
     try:
         for server in servers:
             server.wait_ready()
@@ -154,6 +160,34 @@ def test_a_sequence_sticks_to_one_replica_and_a_lost_replica_is_sequence_lost(
             assert all(len(pids) == 1 for pids in spread)  # each sequence on one replica
             assert len(set().union(*spread)) == 2  # and both replicas used (least outstanding, 8 at once)
             assert [s.outstanding for s in client.replicas()] == [0, 0]
+
+    asyncio.run(main())
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("scheme", ["http", "grpc"])
+def test_interleaved_sequences_over_two_replicas_keep_their_own_state(
+    replicas: list[ModelsvcProcess], scheme: str
+) -> None:
+    urls = [s.base if scheme == "http" else f"grpc://127.0.0.1:{s.grpc_port}" for s in replicas]
+    rng = np.random.default_rng(7)
+    values = [rng.integers(-50, 50, size=int(rng.integers(1, 8))).tolist() for _ in range(16)]
+
+    async def main() -> None:
+        async with AsyncClient(urls) as client:
+
+            async def one(steps: list[int]) -> list[int]:
+                sums = []
+                async with client.sequence("accumulate_state") as seq:
+                    for i, value in enumerate(steps):
+                        result = await seq.infer(INPUT=np.array([[value]], np.int32), end=i == len(steps) - 1)
+                        assert int(result["CORRID_OUT"][0][0]) == seq.id
+                        sums.append(int(result["OUTPUT"][0][0]))
+                        await asyncio.sleep(0)
+                return sums
+
+            got = await asyncio.gather(*(one(v) for v in values))
+            assert got == [(100 + np.cumsum(v)).tolist() for v in values]
 
     asyncio.run(main())
 
