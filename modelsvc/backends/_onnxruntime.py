@@ -140,12 +140,22 @@ def _check_io(config: ModelConfig, session: ort.InferenceSession) -> None:
                     f"{kind} '{entry.name}' of model '{config.name}': configuration says "
                     f"{data_type_name(entry.data_type)}, the model has {expected}"
                 )
-    listed = {entry.name for entry in config.input}
+    listed = {entry.name for entry in config.input} | sequence_tensors(config)[0]
     missing = [node.name for node in session.get_inputs() if node.name not in listed]
     if missing:
         raise ModelLoadError(
             f"the configuration of model '{config.name}' does not list the model's input(s) {', '.join(missing)}"
         )
+
+
+def sequence_tensors(config: ModelConfig) -> tuple[set[str], set[str]]:
+    """The inputs the sequence batcher feeds (control and state inputs) and the state outputs it keeps: in the
+    graph, never listed in the config's ``input``/``output`` (as in Triton's ORT backend)."""
+    if not config.HasField("sequence_batching"):
+        return set(), set()
+    sb = config.sequence_batching
+    fed = {entry.name for entry in sb.control_input} | {state.input_name for state in sb.state}
+    return fed, {state.output_name for state in sb.state}
 
 
 def _supports_batching(infos: Sequence[_TensorInfo]) -> bool:
@@ -191,8 +201,9 @@ class OnnxRuntimeBackend:
         if not artifact.is_file():
             raise ModelLoadError(f"unable to find '{artifact}' to auto-complete the configuration")
         session = _metadata_session(artifact)
-        inputs = [_TensorInfo(node) for node in session.get_inputs()]
-        outputs = [_TensorInfo(node) for node in session.get_outputs()]
+        fed_inputs, kept_outputs = sequence_tensors(config)
+        inputs = [_TensorInfo(node) for node in session.get_inputs() if node.name not in fed_inputs]
+        outputs = [_TensorInfo(node) for node in session.get_outputs() if node.name not in kept_outputs]
         del session
 
         can_batch = _supports_batching([*inputs, *outputs])

@@ -30,8 +30,7 @@ import heapq
 import itertools
 import logging
 from collections import deque
-from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from time import perf_counter_ns
 from typing import Any
 
@@ -49,53 +48,13 @@ from ._sequence_rows import (
     shape_key,
     take_state,
 )
+from ._sequence_slots import Lane as _Lane
+from ._sequence_slots import SequenceEntry as _Sequence
+from ._sequence_slots import Step as _Step
 from ._stats import ModelStats
 from ._tracing import TracedRequest
 
 logger = logging.getLogger("modelsvc.scheduler")
-
-
-@dataclass(eq=False, slots=True)
-class _Step:
-    """One request of a sequence."""
-
-    inputs: Arrays
-    outputs: tuple[str, ...]
-    request: InferRequest | None
-    future: asyncio.Future[Arrays]
-    start: bool
-    end: bool
-    enqueued_ns: int
-    key: Hashable
-    on_start: Callable[[int], None] | None = None
-    trace: TracedRequest | None = None
-
-
-@dataclass(eq=False, slots=True)
-class _Sequence:
-    corrid: CorrId
-    value: Any
-    """The correlation id as the CORRID control holds it."""
-    steps: deque[_Step] = field(default_factory=deque)
-    running: bool = False
-    lane: _Lane | None = None
-    slot: int = -1
-    state: Arrays | None = None
-    last_ns: int = 0
-    idle: asyncio.TimerHandle | None = None
-    live: bool = True
-    """Takes further requests (no END yet, not released)."""
-
-
-@dataclass(eq=False, slots=True)
-class _Lane:
-    """One instance: its thread, its sequence slots and whether a batch runs on it."""
-
-    index: int
-    worker: InstanceThread
-    slots: list[_Sequence | None]
-    busy: bool = False
-    timer: asyncio.TimerHandle | None = None
 
 
 class SequenceScheduler:
