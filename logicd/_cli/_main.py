@@ -1,5 +1,5 @@
 """``logicd``'s argument parser and ``main``, which hands the parsed arguments to the command: ``serve``
-(``_serve``), ``up`` (``_up``) or ``new`` (``logicd._new``)."""
+(``_serve``), ``up`` (``_up``), ``new`` (``logicd._new``) or ``plan`` (``logicd.plan``)."""
 
 from __future__ import annotations
 
@@ -124,6 +124,10 @@ def _parser() -> argparse.ArgumentParser:
     n.add_argument(
         "--data", "-d", action="append", default=[], metavar="KEY=VALUE", help="answer a question (port=9000)"
     )
+
+    from ..plan._command import add_parser as add_plan
+
+    add_plan(commands)
     return parser
 
 
@@ -135,4 +139,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .._new import command
 
         return command(args)
+    if args.command == "plan":
+        from ..plan._command import command as plan
+
+        return plan(args)
     return serve(args)
