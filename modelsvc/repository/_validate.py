@@ -13,6 +13,7 @@ from tritonclient.grpc import model_config_pb2
 from modelsvc.backends import ModelConfig
 
 from ..backends import backend_name
+from ..scheduler._sequence_config import SequenceConfigError, SequenceSettings
 from ._locate import Locator
 
 KIND_AUTO = model_config_pb2.ModelInstanceGroup.KIND_AUTO
@@ -24,6 +25,8 @@ KIND_CPU = model_config_pb2.ModelInstanceGroup.KIND_CPU
 DEFAULT_INSTANCE_COUNT = 1
 CPU_DEFAULT_INSTANCE_COUNT = 2
 _TWO_CPU_INSTANCE_BACKENDS = ("onnxruntime", "tensorflow")
+#: backends whose models get the sequence batcher's control and state tensors (tested with them)
+_SEQUENCE_BACKENDS = ("python", "onnxruntime")
 #: backends whose default and KIND_AUTO groups run on the CPU on a GPU machine too (Triton's openvino backend
 #: prefers KIND_CPU: its devices are OpenVINO's, not CUDA GPUs)
 _CPU_PREFERRING_BACKENDS = ("openvino",)
@@ -126,6 +129,7 @@ def validate(config: ModelConfig, loc: Locator, *, require_io: bool, complete: b
             seen[entry.name] = index
     if complete:
         _validate_batching(config, loc)
+        _validate_sequence_batching(config, loc)
 
 
 def _validate_tensor(kind: str, index: int, entry: Any, loc: Locator, complete: bool) -> None:
@@ -192,3 +196,22 @@ def _validate_batching(config: ModelConfig, loc: Locator) -> None:
                 f"priority_levels ({levels})",
                 loc.field("priority_queue_policy") or where,
             )
+
+
+def _validate_sequence_batching(config: ModelConfig, loc: Locator) -> None:
+    """Triton's checks of ``sequence_batching`` (controls, state, initial state, strategy), located in the text."""
+    where = loc.field("sequence_batching", top=True)
+    try:
+        settings = SequenceSettings.from_model_config(config)
+    except SequenceConfigError as exc:
+        start = where or 0
+        raise loc.error(str(exc), (loc.field(exc.field, start) if exc.field else None) or where) from None
+    if settings is None:
+        return
+    backend = backend_name(config)
+    if (settings.controls or settings.states) and backend not in _SEQUENCE_BACKENDS:
+        raise loc.error(
+            f"sequence_batching with control inputs or implicit state is supported for the "
+            f"{' and '.join(_SEQUENCE_BACKENDS)} backends; model '{config.name}' uses backend '{backend}'",
+            where,
+        )
