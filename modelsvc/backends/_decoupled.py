@@ -22,8 +22,19 @@ import numpy as np
 from modelsvc.protocol import InferRequest
 
 Arrays = dict[str, np.ndarray[Any, Any]]
+
+
+class Failed:
+    """In the channel, last: the request failed outside the model (a full queue, a timeout, a closed instance)."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
 #: one response: its outputs, or the error that fails it; None for a final flag sent without a response
-Sent = Arrays | BaseException | None
+Sent = Arrays | BaseException | Failed | None
 
 
 class ResponseChannel:
@@ -49,9 +60,9 @@ class ResponseChannel:
         with contextlib.suppress(RuntimeError):  # the loop is closed: the server is gone, nobody listens
             self._loop.call_soon_threadsafe(self._queue.put_nowait, (response, final))
 
-    def get_nowait(self) -> tuple[Sent, bool]:
-        """The next response if one is waiting (asyncio.QueueEmpty if not)."""
-        return self._queue.get_nowait()
+    def fail(self, error: BaseException) -> None:
+        """The request failed before its model could answer it (on the event loop)."""
+        self._queue.put_nowait((Failed(error), True))
 
     async def get(self) -> tuple[Sent, bool]:
         """The next response and whether it is the final one (on the event loop)."""

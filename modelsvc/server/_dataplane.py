@@ -13,7 +13,7 @@ import numpy as np
 
 from .. import __version__
 from ..backends import bind_inprocess
-from ..backends._decoupled import DecoupledRequest, ResponseChannel, Sent
+from ..backends._decoupled import DecoupledRequest, Failed, ResponseChannel, Sent
 from ..protocol import (
     InferRequest,
     InferResponse,
@@ -203,8 +203,11 @@ class DataPlane:
                     inputs, wanted, priority=priority, timeout_us=timeout_us, trace=trace, request=streamed
                 )
             )
+            run.add_done_callback(lambda done: _failed(done, channel))
             while not final:
-                sent, final = await _next_response(channel, run)
+                sent, final = await channel.get()
+                if isinstance(sent, Failed):
+                    raise sent.error
                 yield _stream_response(mv, name, request, wanted, sent), final
         except BaseException:
             mv.stats.fail.add(time.perf_counter_ns() - start)
@@ -268,21 +271,11 @@ def is_decoupled(mv: ModelVersion) -> bool:
     return bool(config.model_transaction_policy.decoupled) and config.backend == "python"
 
 
-async def _next_response(channel: ResponseChannel, run: asyncio.Future[Any]) -> tuple[Sent, bool]:
-    """The next response sent, or the error that ``run`` (the request in the scheduler) failed with."""
-    while True:
-        try:
-            return channel.get_nowait()
-        except asyncio.QueueEmpty:
-            pass
-        if run.done():
-            run.result()  # raises the request's error (a full queue, a timeout, a closed instance)
-            return await channel.get()
-        getter = asyncio.ensure_future(channel.get())
-        await asyncio.wait((getter, run), return_when=asyncio.FIRST_COMPLETED)
-        if getter.done():
-            return getter.result()
-        getter.cancel()
+def _failed(run: asyncio.Future[Any], channel: ResponseChannel) -> None:
+    """A request to a decoupled model that failed in the scheduler ends its stream with that error."""
+    error = None if run.cancelled() else run.exception()
+    if error is not None:
+        channel.fail(error)
 
 
 def _stream_response(
@@ -292,7 +285,7 @@ def _stream_response(
         return None
     if isinstance(sent, ModelsvcError):
         return sent
-    if isinstance(sent, BaseException):
+    if isinstance(sent, BaseException | Failed):
         return InternalError(f"model '{name}' failed to execute the request")
     return InferResponse(
         model_name=name,
