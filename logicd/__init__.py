@@ -5,7 +5,7 @@ A service is a ``Service`` with async handlers taking (request, ``Context``); ``
 toolkit (``logicd.text``) tokenizes offline, cuts 512-token windows, batches and aggregates.
 """
 
-from ._app import Context, ServiceError, create_app
+from ._app import create_app
 from ._config import (
     AuthConfig,
     ChunkingConfig,
@@ -19,6 +19,7 @@ from ._config import (
     example_config,
     load_config,
 )
+from ._context import Context, ServiceError
 from ._service import Service, load_service
 
 __version__ = "0.1.0"
