@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
+import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as tg
@@ -313,8 +314,19 @@ def test_idle_sequence_is_released(server: ModelsvcProcess) -> None:
     a START with the same id begins again from the initial state."""
     http = th.InferenceServerClient(server.url)
     assert int(_http_step(http, "accumulate_state", 77, 1, sequence_start=True).as_numpy("OUTPUT")[0, 0]) == 101
+    assert _gauge(server, "modelsvc_sequence_active", "accumulate_state") == 1.0
     time.sleep(0.7)
+    assert _gauge(server, "modelsvc_sequence_active", "accumulate_state") == 0.0
+    assert _gauge(server, "modelsvc_sequence_backlog", "accumulate_state") == 0.0
     late = _refused(lambda: _http_step(http, "accumulate_state", 77, 1))
     assert "inference request for sequence 77 to model 'accumulate_state' must specify the START flag" in late
     again = _http_step(http, "accumulate_state", 77, 2, sequence_start=True, sequence_end=True)
     assert int(again.as_numpy("OUTPUT")[0, 0]) == 102
+
+
+def _gauge(server: ModelsvcProcess, name: str, model: str) -> float:
+    text = httpx.get(server.metrics_url, timeout=10).text
+    for line in text.splitlines():
+        if line.startswith(f'{name}{{model="{model}"'):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"no {name} for {model} in the metrics")

@@ -8,7 +8,9 @@ metric families, while the process collectors go through prometheus-client uncha
 Beside Triton's, under ``modelsvc_`` names: the execution provider each model version really runs on, and for
 model versions with padding-aware batching (``pad_inputs`` in their config's parameters) what padding costs:
 ``modelsvc_batch_tokens_computed`` (rows x padded length, summed over batches), ``modelsvc_batch_tokens_useful``
-(the requests' own rows x length) and the histogram ``modelsvc_batch_fill`` (useful / computed of each batch).
+(the requests' own rows x length) and the histogram ``modelsvc_batch_fill`` (useful / computed of each batch);
+for model versions with ``sequence_batching`` the gauges ``modelsvc_sequence_active`` (sequences holding a slot)
+and ``modelsvc_sequence_backlog`` (sequences waiting for one).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from prometheus_client import CollectorRegistry, PlatformCollector, ProcessColle
 from prometheus_client.metrics_core import Metric
 from prometheus_client.utils import floatToGoString
 
+from ..scheduler import SequenceScheduler
 from ._cache import ResponseCache
 from ._models import ModelManager
 from ._system_metrics import SystemMetrics
@@ -114,6 +117,7 @@ def model_families(models: ModelManager) -> list[Metric]:
         pending,
         providers,
         *padding_families(loaded),
+        *sequence_families(loaded),
         *([] if cache is None else cache_families(cache, loaded)),
     ]
 
@@ -156,6 +160,24 @@ def padding_families(loaded: list[ModelVersion]) -> list[Metric]:
         fill.add_sample(f"{fill.name}_count", labels, float(histogram.count))
         fill.add_sample(f"{fill.name}_sum", labels, histogram.sum)
     return [*families, fill]
+
+
+def sequence_families(loaded: list[ModelVersion]) -> list[Metric]:
+    """The sequence batcher's gauges for model versions with ``sequence_batching``; none without any:
+    ``modelsvc_sequence_active`` (sequences holding a slot) and ``modelsvc_sequence_backlog`` (sequences waiting
+    for one)."""
+    chosen = [(mv, mv.scheduler) for mv in loaded if isinstance(mv.scheduler, SequenceScheduler)]
+    if not chosen:
+        return []
+    active = Metric("modelsvc_sequence_active", "Sequences holding a sequence slot, per model version", "gauge")
+    backlog = Metric(
+        "modelsvc_sequence_backlog", "Sequences waiting for a slot (the backlog), per model version", "gauge"
+    )
+    for mv, scheduler in chosen:
+        labels = {"model": mv.name, "version": str(mv.version)}
+        active.add_sample(active.name, labels, float(scheduler.live_sequences))
+        backlog.add_sample(backlog.name, labels, float(scheduler.backlog_sequences))
+    return [active, backlog]
 
 
 #: the response cache's counters per model version, Triton's names (durations in microseconds)
