@@ -259,6 +259,12 @@ def ort_cuda_session(onnx_path: Path) -> tuple[Any, str]:
     """An fp16 (else fp32) ONNX Runtime session on CUDAExecutionProvider; raises when CUDA is not what runs it."""
     import onnxruntime as ort
 
+    if "CUDAExecutionProvider" not in ort.get_available_providers():  # the CPU build: ORT would warn, then fall back
+        raise RuntimeError(
+            f"ONNX Runtime {ort.__version__} has {ort.get_available_providers()} (no CUDAExecutionProvider): its CUDA "
+            "libraries did not load, or this is the CPU build; install onnxruntime-gpu with the CUDA and cuDNN its "
+            "release needs"
+        )
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     providers = [("CUDAExecutionProvider", {"device_id": 0}), "CPUExecutionProvider"]
