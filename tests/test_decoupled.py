@@ -168,8 +168,36 @@ def test_a_client_that_goes_away_mid_stream_is_seen_by_the_model(server: Modelsv
     assert record.read_text() == "cancelled\n"
     # the request counts as failed, and the server goes on serving
     check_many_in_flight(grpc_url(server))
-    stats = server.model_stats("repeat")["inference_stats"]
-    assert stats["fail"]["count"] >= 1
+    stats = server.model_stats("repeat")
+    assert stats["inference_stats"]["fail"]["count"] >= 1
+    assert sum(entry["cancel"]["count"] for entry in stats["response_stats"].values()) >= 1
+
+
+def test_statistics_count_each_response_as_triton_does(server: ModelsvcProcess) -> None:
+    before = server.model_stats("repeat_async")
+    stream = Stream(grpc_url(server))
+    try:
+        stream.client.async_stream_infer("repeat_async", inputs(3, error_at=1, batched=False), request_id="s")
+        stream.client.async_stream_infer(
+            "repeat_async", inputs(0, batched=False), request_id="empty", enable_empty_final_response=True
+        )
+        stream.take(4)
+    finally:
+        stream.close()
+    after = server.model_stats("repeat_async")
+    assert after["inference_stats"]["success"]["count"] == before["inference_stats"]["success"]["count"] + 2
+
+    def count(stats: dict[str, Any], index: str, kind: str) -> int:
+        return int(stats["response_stats"].get(index, {}).get(kind, {}).get("count", 0))
+
+    assert count(after, "0", "success") == count(before, "0", "success") + 1
+    assert count(after, "0", "empty_response") == count(before, "0", "empty_response") + 1
+    assert count(after, "1", "fail") == count(before, "1", "fail") + 1
+    assert count(after, "2", "success") == count(before, "2", "success") + 1
+    assert after["response_stats"]["2"]["compute_infer"]["ns"] > 0
+    # gRPC ModelStatistics carries the same response_stats
+    grpc_stats = grpcclient.InferenceServerClient(grpc_url(server)).get_inference_statistics("repeat_async")
+    assert set(grpc_stats.model_stats[0].response_stats) == set(after["response_stats"])
 
 
 def test_sending_after_the_final_flag_raises_tritons_error(server: ModelsvcProcess, tmp_path: Path) -> None:

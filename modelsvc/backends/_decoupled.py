@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from dataclasses import dataclass
+from time import perf_counter_ns
 from typing import Any
 
 import numpy as np
@@ -40,32 +41,42 @@ Sent = Arrays | BaseException | Failed | None
 class ResponseChannel:
     """The responses of one request to a decoupled model, from the model's threads to the event loop."""
 
-    __slots__ = ("_loop", "_queue", "cancelled", "complete", "sent")
+    __slots__ = ("_loop", "_queue", "cancelled", "complete", "mark_ns", "sent")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._queue: asyncio.Queue[tuple[Sent, bool]] = asyncio.Queue()
+        self._queue: asyncio.Queue[tuple[Sent, bool, int, int]] = asyncio.Queue()
         self.cancelled = False
         """True once the request's caller went away (or the stream was cancelled)."""
         self.complete = False
         """True once the final flag was sent (set on the sending thread)."""
         self.sent = 0
         """Responses sent so far, the final flag's included."""
+        self.mark_ns = perf_counter_ns()
+        """When the model began its next response: the start of execute, then each response's send."""
 
-    def put(self, response: Sent, final: bool) -> None:
-        """Send one response (from any thread); ``final``: the last one."""
+    def started(self) -> None:
+        """The model's execute began (on the instance's thread)."""
+        self.mark_ns = perf_counter_ns()
+
+    def put(self, response: Sent, final: bool, output_ns: int = 0) -> None:
+        """Send one response (from any thread); ``final``: the last one; ``output_ns``: the time taken to check
+        its outputs. Its compute time is the time since the last response (or since execute began)."""
+        now = perf_counter_ns()
+        infer_ns = now - output_ns - self.mark_ns
+        self.mark_ns = now
         self.sent += 1
         if final:
             self.complete = True
         with contextlib.suppress(RuntimeError):  # the loop is closed: the server is gone, nobody listens
-            self._loop.call_soon_threadsafe(self._queue.put_nowait, (response, final))
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, (response, final, infer_ns, output_ns))
 
     def fail(self, error: BaseException) -> None:
         """The request failed before its model could answer it (on the event loop)."""
-        self._queue.put_nowait((Failed(error), True))
+        self._queue.put_nowait((Failed(error), True, 0, 0))
 
-    async def get(self) -> tuple[Sent, bool]:
-        """The next response and whether it is the final one (on the event loop)."""
+    async def get(self) -> tuple[Sent, bool, int, int]:
+        """The next response, whether it is the final one, its compute and output times (on the event loop)."""
         return await self._queue.get()
 
     def cancel(self) -> None:

@@ -21,6 +21,7 @@ import concurrent.futures
 import logging
 import threading
 from collections.abc import Callable, Sequence
+from time import perf_counter_ns
 from typing import Any
 
 from modelsvc.protocol import InternalError, ModelsvcError
@@ -42,6 +43,8 @@ class InferenceResponseSender:
 
     def __init__(self, channel: ResponseChannel | None, conform: Conform, label: str) -> None:
         self._channel = channel  # None: a request with nobody to answer (a warmup); responses are checked, then dropped
+        if channel is not None:
+            channel.started()
         self._conform = conform
         self._label = label
         self._closed = False
@@ -66,9 +69,10 @@ class InferenceResponseSender:
                 raise TritonModelException("Unable to send response. Response sender has been closed.")
             if final:
                 self._closed = True
+            start = perf_counter_ns()
             outcome = None if response is None else self._conform(response)
             if self._channel is not None:
-                self._channel.put(outcome, final)
+                self._channel.put(outcome, final, perf_counter_ns() - start)
 
     def is_cancelled(self) -> bool:
         """True once the request's client went away (the stream was cancelled or its connection closed)."""

@@ -28,6 +28,7 @@ from ..protocol import (
 from ..protocol._pbjson import message_to_json
 from ._models import ModelControlMode, ModelManager
 from ._spec import TensorSpec
+from ._stream_stats import ResponseStats
 from ._version import ModelVersion
 
 if TYPE_CHECKING:
@@ -57,6 +58,8 @@ class DataPlane:
         request's trace with it."""
         self.cache: ResponseCache | None = models.cache
         """The response cache (``--cache-config``); None: no model is cached."""
+        self.response_stats: dict[tuple[str, str], ResponseStats] = {}
+        """Decoupled models' ``response_stats`` by (model, version)."""
         models.infer_target = self  # ensembles send their steps through this data plane
         # python models call other models (BLS) through this data plane, on its loop; created outside a
         # loop, it is not bound and BLS requests answer with an error
@@ -107,7 +110,14 @@ class DataPlane:
                 chosen = [entry.versions[v] for v in sorted(entry.versions)]
         else:
             chosen = list(self.models.loaded())
-        return {"model_stats": [mv.stats.as_json() for mv in chosen]}
+        return {"model_stats": [self._model_stats(mv) for mv in chosen]}
+
+    def _model_stats(self, mv: ModelVersion) -> dict[str, Any]:
+        stats = mv.stats.as_json()
+        if is_decoupled(mv):
+            responses = self.response_stats.get((mv.name, mv.version_label))
+            stats["response_stats"] = {} if responses is None else responses.as_json()
+        return stats
 
     def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
         """Every model folder of the repository, loaded or not, with each version's state and reason."""
@@ -187,6 +197,11 @@ class DataPlane:
             raise Unavailable("the server is not accepting inference requests (starting or shutting down)")
         loop = asyncio.get_running_loop()
         channel = ResponseChannel(loop)
+        key = (name, mv.version_label)
+        counted = self.response_stats.get(key)
+        if counted is None:
+            counted = self.response_stats[key] = ResponseStats()
+        index = 0
         final = False
         run: asyncio.Future[Any] | None = None
         try:
@@ -205,18 +220,26 @@ class DataPlane:
             )
             run.add_done_callback(lambda done: _failed(done, channel))
             while not final:
-                sent, final = await channel.get()
+                sent, final, infer_ns, output_ns = await channel.get()
                 if isinstance(sent, Failed):
                     raise sent.error
+                if sent is None:
+                    counted.empty(index, infer_ns)
+                else:
+                    counted.response(index, infer_ns, output_ns, not isinstance(sent, BaseException))
+                index += 1
                 yield _stream_response(mv, name, request, wanted, sent), final
         except BaseException:
             mv.stats.fail.add(time.perf_counter_ns() - start)
             raise
         finally:
             if not final:
+                cancelled_ns = time.perf_counter_ns()
                 channel.cancel()  # the caller went away (or the request failed): the model may stop
                 if run is not None and not run.done():
                     run.cancel()  # withdrawn if still queued
+                if run is not None:  # it reached the scheduler (a request refused before it did is no cancel)
+                    counted.cancelled(index, time.perf_counter_ns() - cancelled_ns)
         mv.stats.success.add(time.perf_counter_ns() - start)
 
     def _cache_identity(self, mv: ModelVersion) -> str:
