@@ -100,7 +100,7 @@ class Resources(_Struct, frozen=True, kw_only=True):
 
     cpu: Quantity
     """CPU request: ``2``, ``0.5`` or ``"500m"``."""
-    memory: str
+    memory: Quantity
     """Memory request with a unit: ``"4Gi"``."""
     gpu: Annotated[int, msgspec.Meta(ge=0)] = 0
     """``nvidia.com/gpu``: whole GPUs; a pod with GPUs goes onto GPU nodes only."""
@@ -168,7 +168,7 @@ class NodeType(_Struct, frozen=True, kw_only=True):
 
     name: str
     vcpus: Annotated[float, msgspec.Meta(gt=0)]
-    memory: str
+    memory: Quantity
     gpus: Annotated[int, msgspec.Meta(ge=0)] = 0
     gpu_model: str = ""
     price_per_hour: Annotated[float, msgspec.Meta(ge=0)]
@@ -179,7 +179,7 @@ class NodeType(_Struct, frozen=True, kw_only=True):
 
 class Overhead(_Struct, frozen=True, kw_only=True):
     cpu: Quantity = 0
-    memory: str = "0Mi"
+    memory: Quantity = "0Mi"
 
 
 class Cluster(_Struct, frozen=True, kw_only=True):
