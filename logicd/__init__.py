@@ -19,7 +19,8 @@ from ._config import (
     example_config,
     load_config,
 )
-from ._context import Context, ServiceError
+from ._context import Context
+from ._problems import ServiceError
 from ._service import Service, load_service
 
 __version__ = "0.1.0"

@@ -39,11 +39,12 @@ from modelsvc.client import (
 from ._admission import SCOPE_DEADLINE, SCOPE_GATE, Admission, RouteGate
 from ._auth import auth_guard
 from ._config import ServiceConfig
-from ._context import Context, ServiceError, _phrase, client_error_status
+from ._context import Context
 from ._docs import close_unknown_fields, docs_handlers, openapi_config, problem_responses
 from ._infer import Padding
 from ._metrics import Metrics
 from ._model_client import ReplicaCollector, model_client
+from ._problems import ServiceError, _phrase, client_error_status
 from ._service import Route, Service
 from .text import Chunker, TokenizerPool, load_tokenizer
 

@@ -1,33 +1,24 @@
-"""What a handler works with (``Context``), the error it raises (``ServiceError``), and how a model-service
-failure maps to an HTTP status (``client_error_status``)."""
+"""What a handler works with: ``Context`` (models, tokenizer, chunks, sequences, streams, timed stages)."""
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncIterator, Sequence
-from http import HTTPStatus
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import numpy as np
+from litestar.response import ServerSentEvent
 from opentelemetry.trace import Tracer
 
-from modelsvc.client import (
-    AsyncClient,
-    AsyncModel,
-    ClientError,
-    ConnectError,
-    ConnectionLost,
-    InvalidInput,
-    ModelNotFound,
-    PayloadTooLarge,
-    ServerUnavailable,
-    Timeout,
-)
+from modelsvc.client import AsyncClient, AsyncModel, InferResult, ServerUnavailable
 
 from ._config import ServiceConfig
 from ._infer import Padding, infer_chunks
 from ._metrics import Metrics
+from ._problems import ServiceError
+from ._sequence import infer_sequences
+from ._stream import stream_events
 from .text import Chunker, Chunks, TokenizerPool
 
 
@@ -43,36 +34,6 @@ class Runtime(Protocol):
     metrics: Metrics
     tracer: Tracer
     client: AsyncClient | None
-
-
-def _phrase(status: int) -> str:
-    try:
-        return HTTPStatus(status).phrase
-    except ValueError:
-        return "Client Error" if 400 <= status < 500 else "Error"
-
-
-class ServiceError(Exception):
-    """Raise from a handler to answer with a problem+json of your choosing (4xx for the caller's mistakes)."""
-
-    def __init__(self, status: int, detail: str, *, field: str | None = None, title: str | None = None) -> None:
-        super().__init__(detail)
-        self.status = status
-        self.detail = detail
-        self.field = field
-        self.title = title or _phrase(status)
-
-
-def client_error_status(exc: ClientError) -> tuple[int, str, dict[str, str] | None]:
-    if isinstance(exc, Timeout):
-        return 504, "the model service did not answer in time", None
-    if isinstance(exc, ServerUnavailable | ConnectError | ConnectionLost | ModelNotFound):
-        return 503, f"the model service is unavailable: {exc.message}", {"Retry-After": "1"}
-    if isinstance(exc, InvalidInput):
-        return 422, f"the model refused the input: {exc.message}", None
-    if isinstance(exc, PayloadTooLarge):
-        return 413, "the request is too large for the model service", None
-    return 502, "the model service failed", None
 
 
 class Context:
@@ -174,6 +135,45 @@ class Context:
         self.rows += len(chunks)
         self.tokens += sum(len(ids) for ids in chunks.input_ids)
         return await infer_chunks(handle, chunks, output, max_batch_size=max_batch_size, padding=padding)
+
+    async def infer_sequence(
+        self, model: str, chunks: Chunks, output: str, *, restarts: int = 1
+    ) -> np.ndarray[Any, Any]:
+        """One row of ``output`` per document from a stateful model (Triton's sequence batcher): each document's
+        windows go in order as one sequence (start on the first, end on the last), and its row is the answer to
+        its last window, the model's running state at the end of the document (see ``_sequence``)."""
+        handle = self.model(model)
+        if self._runtime.client is None:
+            raise ServerUnavailable("the model service client is not started")
+        self.rows += len(chunks)
+        self.tokens += sum(len(ids) for ids in chunks.input_ids)
+        return await infer_sequences(self._runtime.client, handle, chunks, output, restarts=restarts)
+
+    async def stream(
+        self,
+        model: str,
+        inputs: Mapping[str, Any],
+        *,
+        outputs: Sequence[str] | None = None,
+        parameters: Mapping[str, Any] | None = None,
+        render: Callable[[InferResult], Any] | None = None,
+    ) -> ServerSentEvent:
+        """The model's streamed responses (a decoupled model over gRPC) as server-sent events for the caller:
+        return it from a handler annotated ``-> ServerSentEvent``. A model failing before its first response
+        raises as any model call (problem+json); later errors end the stream with an ``error`` event; the caller
+        disconnecting cancels the model's stream (see ``_stream``)."""
+        handle = self.model(model)
+        if self._runtime.client is None:
+            raise ServerUnavailable("the model service client is not started")
+        return await stream_events(
+            self._runtime.client,
+            handle.name,
+            inputs,
+            version=handle.version,
+            outputs=outputs,
+            parameters=parameters,
+            render=render,
+        )
 
     @contextlib.asynccontextmanager
     async def stage(self, name: str) -> AsyncIterator[None]:

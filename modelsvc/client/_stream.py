@@ -258,10 +258,15 @@ class ResponseStream:
                 span.set_status(Status(StatusCode.ERROR, f"{name}: {exc}"))
         span.end()
 
-    async def aclose(self) -> None:
-        """Stop reading: a stream not yet at its final response is cancelled."""
+    def cancel(self) -> None:
+        """Stop reading: a stream not yet at its final response is cancelled (nothing to await: safe in a
+        ``finally`` of a task being cancelled)."""
         if not self._done:
             self._finish(asyncio.CancelledError("the caller stopped reading the stream"))
+
+    async def aclose(self) -> None:
+        """``cancel()``, awaitable (for ``contextlib.aclosing``)."""
+        self.cancel()
 
     async def __aenter__(self) -> Self:
         return self
