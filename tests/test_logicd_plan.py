@@ -100,6 +100,13 @@ def test_exactly_full_nodes() -> None:
     assert [len(n.pods) for n in over.nodes_peak] == [4, 1]
 
 
+def test_a_part_filled_node_becomes_the_cheapest_type_that_holds_its_pods() -> None:
+    small = "  - {name: cpu1, vcpus: 1, memory: 4Gi, price_per_hour: 0.06, allocatable: {cpu: 1, memory: 2Gi}}\n"
+    text = NODES.replace("cluster:", small + "cluster:") + "services:" + cpu_service(peak=5)
+    nodes = planned(text).option("split-packed").nodes_peak
+    assert sorted((n.shape.name, len(n.pods)) for n in nodes) == [("cpu1", 1), ("cpu4", 4)]  # $0.26, not 5 x cpu1
+
+
 def test_a_pod_bigger_than_every_node_names_the_service() -> None:
     message = fails(NODES + "services:" + cpu_service(name="huge", cpu="9"))
     assert "services[0] (huge)" in message

@@ -91,6 +91,24 @@ def test_readme_gpu_commands(tmp_path):
     assert "sentence_embedding" in compared.stdout
 
 
+def test_readme_plan_commands(tmp_path):
+    """The planning block as written, in a scratch folder: the example plan, its table with the figures the README
+    quotes, the picture and a values file per pair."""
+    (block,) = [b for b in _blocks("bash") if "logicd plan" in b]
+    venv = str(ROOT / ".venv")
+    out = subprocess.run(["bash", "-euo", "pipefail", "-c", block.replace(".venv", venv)], capture_output=True,
+                         text=True, cwd=tmp_path)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "cheapest at peak: split-packed" in out.stdout
+    section = README[README.index("## Capacity and cost planning") :]
+    figures = re.findall(r"\$[0-9]+\.[0-9]{2}/hour", section)
+    assert len(figures) == 3  # before, the naive move, split and packed
+    for figure in figures:
+        assert figure.replace("/hour", "") in out.stdout, figure
+    assert (tmp_path / "plan.svg").read_text().startswith("<svg")
+    assert len(list((tmp_path / "values").glob("*.yaml"))) == 6
+
+
 #: every fenced block of README.md, by language, and the test that runs it (or checks it, for the two set-up
 #: commands: CI runs the second as .ci/run, and services/doc_classifier/tests runs the first one's last steps)
 COVERED = {
@@ -100,6 +118,7 @@ COVERED = {
         "the quickstart fixture (`modelsvc serve` on the quickstart repository)",
         "test_readme_curl_examples",
         "test_readme_gpu_commands (and loadtests/gpu/verify.sh on a GPU machine)",
+        "test_readme_plan_commands",
     ],
     "python": [
         "test_readme_python_examples[tritonclient]",

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from ._schema import Cluster, NodeType, cpu_millis, memory_bytes
 
-__all__ = ["NoFit", "Node", "PodSpec", "Shape", "cheapest_packing", "pack", "shape_of"]
+__all__ = ["NoFit", "Node", "PodSpec", "Shape", "cheapest_packing", "pack", "shape_of", "shrink"]
 
 GiB = 2**30
 
@@ -162,10 +162,33 @@ def pack(pods: Sequence[PodSpec], nodes: list[Node], opener: Callable[[PodSpec],
     return nodes
 
 
+def _holds_all(shape: Shape, pods: Sequence[PodSpec]) -> bool:
+    trial = Node(shape)
+    for pod in pods:
+        if not trial.fits(pod):
+            return False
+        trial.add(pod)
+    return True
+
+
+def shrink(nodes: list[Node], shapes: Sequence[Shape]) -> list[Node]:
+    """Each node as the cheapest type that still holds all its pods (the last, part-filled nodes of a packing
+    often fit a smaller type)."""
+    for node in nodes:
+        for shape in sorted(shapes, key=lambda s: (s.price, s.name)):
+            if shape.price >= node.shape.price:
+                break
+            if _holds_all(shape, node.pods):
+                node.shape = shape
+                break
+    return nodes
+
+
 def cheapest_packing(pods: Sequence[PodSpec], shapes: Sequence[Shape]) -> list[Node]:
     """The cheapest FFD packing over the choices of one GPU node type (for GPU pods) and one CPU node type (for
     CPU pods that find no room); a pod whose chosen type does not hold it opens the cheapest type that does.
-    GPU pods are placed first, so CPU pods fill the GPU nodes' spare room before CPU nodes are opened.
+    GPU pods are placed first, so CPU pods fill the GPU nodes' spare room before CPU nodes are opened; then each
+    node becomes the cheapest type that holds its pods (:func:`shrink`).
     Raises :class:`NoFit` for a pod that no type holds."""
     for pod in pods:
         if not any(s.holds(pod) for s in shapes):
@@ -184,7 +207,7 @@ def cheapest_packing(pods: Sequence[PodSpec], shapes: Sequence[Shape]) -> list[N
                         return choice
                 return min((s for s in shapes if s.holds(pod)), key=lambda s: (s.price, s.name))
 
-            nodes = pack(cpu_pods, pack(gpu_pods, [], opener), opener)
+            nodes = shrink(pack(cpu_pods, pack(gpu_pods, [], opener), opener), shapes)
             cost = sum(n.shape.price for n in nodes)
             if best is None or (round(cost, 6), len(nodes)) < (round(best[0], 6), best[1]):
                 best = (cost, len(nodes), nodes)
