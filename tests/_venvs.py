@@ -4,6 +4,9 @@ once into its own virtual environment at the repository root: MLServer (protobuf
 
 ``ensure_venv(venv, requirements, executable)`` builds the environment when it is missing or was built for other
 requirements, under a file lock so that concurrent test runs build it once, and returns the executable's path.
+It installs with uv (``uv pip install``): pip spent most of a minute resolving MLServer's 67 packages against
+PyPI's large index pages, uv takes seconds. uv is the one on PATH or in the project's environment, else pip installs
+it into the new environment first; where uv cannot be had, pip installs the requirements.
 A package index that cannot be reached skips the test, or fails it under ``MODELSVC_INTEROP=1`` (CI).
 """
 
@@ -31,7 +34,9 @@ INTEROP_ENV = "MODELSVC_INTEROP"
 _UNREACHABLE = re.compile(
     r"No matching distribution found|Could not fetch URL|NewConnectionError|Failed to establish a new connection"
     r"|Max retries exceeded|Temporary failure in name resolution|Name or service not known|ConnectTimeout"
-    r"|Network is unreachable|ProxyError|SSLError",
+    r"|Network is unreachable|ProxyError|SSLError"
+    # uv's
+    r"|Failed to fetch|error sending request|dns error|Connection refused",
 )
 
 
@@ -61,22 +66,62 @@ def _ensure_locked(venv: Path, requirements: tuple[str, ...], tool: Path) -> Pat
     if venv.exists():  # half-built or built for other requirements
         shutil.rmtree(venv)
     started = time.monotonic()
-    created = subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True)
+    # no pip inside: ensurepip costs seconds and the tools never need it (pip, when used, runs with --python)
+    created = subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], capture_output=True, text=True)
     if created.returncode != 0:
         pytest.fail(f"python -m venv {venv} failed:\n{created.stdout}{created.stderr}", pytrace=False)
+    python = venv / "bin" / "python"
+    uv = _uv(venv)
+    if uv is not None:
+        argv = [uv, "pip", "install", "--quiet", "--python", str(python), *requirements]
+        env = {**os.environ, **_uv_settings()}
+    else:
+        argv = [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", *requirements]
+        env = None
+    installed = subprocess.run(argv, capture_output=True, text=True, timeout=900, env=env)
+    if installed.returncode != 0:
+        _failed(venv, requirements, installed.stdout + installed.stderr)
+    marker.write_text(wanted)
+    how = "uv" if uv is not None else "pip"
+    print(f"created {venv} with {how} in {time.monotonic() - started:.1f} s", file=sys.stderr)
+    return tool
+
+
+def _uv(venv: Path) -> str | None:
+    """uv on PATH or beside the project's Python; else installed by pip into ``venv`` (a few seconds, one wheel).
+    None where pip cannot install it for a reason other than an unreachable index (pip then installs the tools)."""
+    for found in (shutil.which("uv"), str(Path(sys.executable).parent / "uv")):
+        if found and os.access(found, os.X_OK):
+            return found
+    python = venv / "bin" / "python"
     pip = subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", *requirements],
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "uv"],
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=300,
     )
     if pip.returncode != 0:
-        output = "\n".join(line for line in (pip.stdout + pip.stderr).splitlines() if "is ignored" not in line)
-        shutil.rmtree(venv, ignore_errors=True)
+        output = pip.stdout + pip.stderr
         if _UNREACHABLE.search(output):
-            wanted_text = " ".join(requirements)
-            unavailable(f"could not install {wanted_text}: the package index is unreachable\n{output[-3000:]}")
-        pytest.fail(f"pip install {' '.join(requirements)} failed:\n{output[-3000:]}", pytrace=False)
-    marker.write_text(wanted)
-    print(f"created {venv} in {time.monotonic() - started:.1f} s", file=sys.stderr)
-    return tool
+            _failed(venv, ("uv",), output)
+        return None
+    return str(venv / "bin" / "uv")
+
+
+def _uv_settings() -> dict[str, str]:
+    """pip's index settings for uv, which reads its own (``UV_INDEX_URL``, ``UV_EXTRA_INDEX_URL``) and not pip's."""
+    settings = {"UV_LINK_MODE": "copy"}  # no hardlink warning when uv's cache is on another filesystem
+    for pip_name, uv_name in (("PIP_INDEX_URL", "UV_INDEX_URL"), ("PIP_EXTRA_INDEX_URL", "UV_EXTRA_INDEX_URL")):
+        if pip_name in os.environ and uv_name not in os.environ:
+            settings[uv_name] = os.environ[pip_name]
+    return settings
+
+
+def _failed(venv: Path, requirements: Sequence[str], output: str) -> None:
+    """The environment removed; a skip (or a CI failure) when the index is unreachable, else a failure."""
+    output = "\n".join(line for line in output.splitlines() if "is ignored" not in line)
+    shutil.rmtree(venv, ignore_errors=True)
+    wanted_text = " ".join(requirements)
+    if _UNREACHABLE.search(output):
+        unavailable(f"could not install {wanted_text}: the package index is unreachable\n{output[-3000:]}")
+    pytest.fail(f"installing {wanted_text} into {venv} failed:\n{output[-3000:]}", pytrace=False)
