@@ -16,6 +16,7 @@ import pytest
 from tritonclient.grpc import _utils as grpc_utils
 from tritonclient.http import _utils as http_utils
 
+from loadtests._servers import free_port
 from modelsvc.client import AsyncClient, Client, ClientError, InferResult, SequenceLost
 from modelsvc.client._core import build_infer
 from modelsvc.client._grpc import build_request
@@ -188,6 +189,21 @@ def test_interleaved_sequences_over_two_replicas_keep_their_own_state(
 
             got = await asyncio.gather(*(one(v) for v in values))
             assert got == [(100 + np.cumsum(v)).tolist() for v in values]
+
+    asyncio.run(main())
+
+
+@pytest.mark.integration
+def test_a_sequence_start_fails_over_and_the_rest_follow_it(replicas: list[ModelsvcProcess]) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+
+    async def main() -> None:
+        async with AsyncClient([dead, replicas[0].base]) as client:
+            for _ in range(3):  # a start that tries the dead replica first fails over and pins the live one
+                async with client.sequence("seqecho") as seq:
+                    flags = [_seen(await seq.infer(IN=np.ones(1, np.float32), end=i == 2))[1] for i in range(3)]
+                assert flags == [START, 0, END]
+            assert client._t.sequence_replica(seq.id) is None  # type: ignore[attr-defined]  # unpinned at its end
 
     asyncio.run(main())
 

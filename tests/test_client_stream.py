@@ -17,7 +17,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from modelsvc.client import AsyncClient, InvalidInput, StreamError, StreamingUnsupported
+from loadtests._servers import free_port
+from modelsvc.client import AsyncClient, InvalidInput, RetryPolicy, StreamError, StreamingUnsupported
 from modelsvc.client import _stream as stream_module
 from tests._server import ModelsvcProcess
 
@@ -142,5 +143,21 @@ def test_leaving_the_loop_cancels_the_stream_and_the_model_sees_it(decoupled: st
             while await cancelled() == before:
                 assert time.monotonic() < end, "the model never saw is_cancelled()"
                 await asyncio.sleep(0.05)
+
+    asyncio.run(main())
+
+
+def test_over_replicas_a_stream_that_cannot_connect_opens_again_on_another(grpc_url: str) -> None:
+    dead = f"grpc://127.0.0.1:{free_port()}"
+
+    async def main() -> None:
+        retry = RetryPolicy(attempts=3, backoff_s=0.001, max_backoff_s=0.002)
+        async with AsyncClient([dead, grpc_url], retry=retry) as client:
+            for _ in range(4):
+                results = [r async for r in client.stream_infer("square", {"IN": np.array([3.0], np.float32)})]
+                assert [r["OUT"].tolist() for r in results] == [[9.0]]
+            states = {s.url: s for s in client.replicas()}
+            assert states[dead].ejected
+            assert [s.outstanding for s in states.values()] == [0, 0]
 
     asyncio.run(main())
