@@ -60,6 +60,17 @@ sequence_batching {
 instance_group [ { kind: KIND_CPU count: 1 } ]
 """
 
+# the state output listed as an output too: a client may then read it (Triton's way to debug a state)
+ONNX_DEBUG_CONFIG = (
+    ONNX_CONFIG.replace('"onnx_sum"', '"onnx_sum_debug"')
+    .replace(
+        'output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ 1 ] } ]',
+        'output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ 1 ] },\n'
+        ' { name: "SUM_OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]',
+    )
+    .replace("max_queue_delay_microseconds: 20000", "max_queue_delay_microseconds: 0")
+)
+
 
 def _onnx_sum() -> Any:
     """OUTPUT = (SUM_IN * (1 - START) + INPUT) * READY; SUM_OUT = OUTPUT (all [batch, 1] float)."""
@@ -84,6 +95,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelsvcProcess
     model = _onnx_sum()
     write_model(repo, "onnx_sum", model, ONNX_CONFIG)
     write_model(repo, "onnx_sum_auto", model, ONNX_AUTO_CONFIG)
+    write_model(repo, "onnx_sum_debug", model, ONNX_DEBUG_CONFIG)
     with ModelsvcProcess(repo) as proc:
         proc.wait_ready(60)
         yield proc
@@ -143,7 +155,7 @@ def test_http_interleaved_sequences_direct_with_backlog(server: ModelsvcProcess)
 def test_http_string_ids_and_implicit_state(server: ModelsvcProcess) -> None:
     with ThreadPoolExecutor(4) as pool:
         names = {f"doc-{i}": VALUES[i] for i in range(1, 5)}
-        strings = _each(pool, names, lambda s: _sequence_over_http(server.url, "accumulate", s, names[s]))
+        strings = _each(pool, names, lambda s: _sequence_over_http(server.url, "accumulate_strings", s, names[s]))
         state = _each(pool, VALUES, lambda s: _sequence_over_http(server.url, "accumulate_state", s, VALUES[s]))
     assert strings == {sid: _run_alone(values) for sid, values in names.items()}
     # the state starts from initial_state/hundred.bin (100); the state output never reaches the client
@@ -272,6 +284,9 @@ def test_onnx_state_direct_padded_batches(server: ModelsvcProcess) -> None:
     assert [t["name"] for t in metadata["inputs"]] == ["INPUT"]
     assert [t["name"] for t in metadata["outputs"]] == ["OUTPUT"]
     assert _sequence_over_http(server.url, "onnx_sum_auto", 5, [1, 2]) == [1, 3]
+    _http_step(http, "onnx_sum_debug", 6, 4, sequence_start=True)
+    debug = _http_step(http, "onnx_sum_debug", 6, 5, sequence_end=True)
+    assert (float(debug.as_numpy("OUTPUT")[0, 0]), float(debug.as_numpy("SUM_OUT")[0, 0])) == (9.0, 9.0)
 
 
 def _rows(stats: dict[str, Any]) -> int:

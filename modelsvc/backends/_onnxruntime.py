@@ -155,7 +155,8 @@ def sequence_tensors(config: ModelConfig) -> tuple[set[str], set[str]]:
         return set(), set()
     sb = config.sequence_batching
     fed = {entry.name for entry in sb.control_input} | {state.input_name for state in sb.state}
-    return fed, {state.output_name for state in sb.state}
+    listed = {entry.name for entry in config.output}  # a state output listed as an output is an output too
+    return fed, {state.output_name for state in sb.state} - listed
 
 
 def _supports_batching(infos: Sequence[_TensorInfo]) -> bool:

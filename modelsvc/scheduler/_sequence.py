@@ -14,10 +14,12 @@ The requests of one sequence run one at a time, in arrival order.
   ``max_candidate_sequences``), up to ``max_batch_size``, never two of one sequence; it waits up to
   ``max_queue_delay_microseconds`` for a full batch, or goes at the largest ``preferred_batch_size``.
 
-Python models (instances with ``execute_requests``) get the batch's requests only, no empty rows. Rows batch
-together only when their inputs agree in names and shapes. Each row gets the control tensors
-(``control_input``) and, for implicit state (``state``), the sequence's state input: the initial state at
-START, then the state output of the sequence's previous request; state outputs never reach the client.
+Python models (instances with ``execute_requests``) get an empty row as a request of its own (READY false), as
+Triton hands them; its answer is dropped. Rows batch together only when their inputs agree in names and shapes.
+Each row gets the control tensors (``control_input``) and, for implicit state (``state``), the sequence's state
+input: the initial state at START, then the state output of the sequence's previous request. A state output
+reaches the client only when the config also lists it in ``output``: then it is an output like the others
+(Triton's way to debug a state).
 
 Errors, with Triton's messages (INVALID_ARG, a 400): no correlation id; a request without START for a sequence
 that is not live (never started, ended, or released after idling); a batch size other than 1.
@@ -383,7 +385,7 @@ class SequenceScheduler:
             taken.append((seq, step))
         per_request = lane.worker.per_request is not None
         order: list[int | None] = list(range(len(rows)))  # batch row -> index into taken (None: an empty row)
-        if not per_request and cfg.strategy == "direct" and cfg.max_batch_size > 0:
+        if cfg.strategy == "direct" and cfg.max_batch_size > 0:
             slots = [slot for slot, _ in chosen]
             by_slot = dict(zip(slots, range(len(rows)), strict=True))
             order = [by_slot.get(slot) for slot in range(max(slots) + 1)]
@@ -403,9 +405,13 @@ class SequenceScheduler:
                     logger.exception("tracing a batch of %s failed", self._label)
 
         if per_request:
-            batch = [
-                BatchRequest(row, tuple(dict.fromkeys(step.outputs + wanted)), step.request)
-                for row, (_, step) in zip(rows, taken, strict=True)
+            steps = [None if i is None else taken[i][1] for i in order]
+            first = tuple(dict.fromkeys(taken[0][1].outputs + wanted))
+            batch = [  # an empty row is a request of its own (READY false), as Triton hands python models
+                BatchRequest(row, first, None)
+                if step is None
+                else BatchRequest(row, tuple(dict.fromkeys(step.outputs + wanted)), step.request)
+                for row, step in zip(rows, steps, strict=True)
             ]
             lane.worker.submit(batch, None, done)
         else:
@@ -457,7 +463,6 @@ class SequenceScheduler:
             seq.running = False
             if not isinstance(answer, BaseException):
                 try:
-                    answer = dict(answer)
                     seq.state = take_state(self.settings, answer, self.stats.name)
                     answer = {name: answer[name] for name in step.outputs if name in answer}
                 except ModelsvcError as err:

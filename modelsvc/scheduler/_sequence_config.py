@@ -162,19 +162,13 @@ class SequenceSettings:
         settings.controls = _controls(sb)
         settings.states = _states(sb, settings.controls)
         inputs = {entry.name for entry in config.input}
-        outputs = {entry.name for entry in config.output}
         for name in settings.input_names & inputs:
             raise SequenceConfigError(
                 f"sequence_batching feeds input '{name}' (a control or state input); remove it from the "
                 "model's input list",
                 "input",
             )
-        for name in set(settings.state_outputs) & outputs:
-            raise SequenceConfigError(
-                f"sequence_batching state output '{name}' is kept by the server; remove it from the model's "
-                "output list",
-                "output",
-            )
+        # a state output may also be listed in ``output``: a client may then ask for it (for debugging, as in Triton)
         return settings
 
 

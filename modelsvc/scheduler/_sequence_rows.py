@@ -120,14 +120,14 @@ def initial_state(settings: SequenceSettings) -> Arrays | None:
 
 
 def take_state(settings: SequenceSettings, answer: Arrays, model: str) -> Arrays | None:
-    """Remove the state outputs from a row's answer and return them as the next state inputs (copies, without
-    the batch dimension); InternalError when the model did not return one."""
+    """The state outputs of a row's answer as the next state inputs (copies, without the batch dimension);
+    InternalError when the model did not return one."""
     if not settings.states:
         return None
     batched = settings.max_batch_size > 0
     state: Arrays = {}
     for spec in settings.states:
-        value = answer.pop(spec.output_name, None)
+        value = answer.get(spec.output_name)
         if value is None:
             raise InternalError(f"model '{model}' did not return the state output '{spec.output_name}'")
         if batched:

@@ -1,4 +1,5 @@
-"""Running sum of INPUT per sequence; the sums live in the model, keyed by the CORRID control (a string)."""
+"""Running sum of INPUT per sequence; the sums live in the model, keyed by the CORRID control (an integer or a
+string); CORRID_OUT echoes the id as text and BATCH says how many requests the batch held."""
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -16,13 +17,15 @@ class TritonPythonModel:
             end = float(pb_utils.get_input_tensor_by_name(request, "END").as_numpy().reshape(-1)[0])
             ready = bool(pb_utils.get_input_tensor_by_name(request, "READY").as_numpy().reshape(-1)[0])
             corrid = pb_utils.get_input_tensor_by_name(request, "CORRID").as_numpy().reshape(-1)[0]
-            if not ready:
-                raise pb_utils.TritonModelException("a request without READY")
-            total = (0 if start else self.sums.get(corrid, 0)) + value
-            if end:
-                self.sums.pop(corrid, None)
+            corrid = corrid if isinstance(corrid, bytes) else str(int(corrid)).encode()
+            if not ready:  # an empty slot of a direct batch: its answer goes nowhere
+                total = 0
             else:
-                self.sums[corrid] = total
+                total = (0 if start else self.sums.get(corrid, 0)) + value
+                if end:
+                    self.sums.pop(corrid, None)
+                else:
+                    self.sums[corrid] = total
             responses.append(
                 pb_utils.InferenceResponse(
                     [
