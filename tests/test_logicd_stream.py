@@ -125,3 +125,21 @@ def test_a_caller_that_disconnects_cancels_the_models_stream(servers: tuple[str,
                 await asyncio.sleep(0.05)
 
     asyncio.run(main())
+
+
+def test_the_readme_example_defines_its_routes() -> None:
+    """The README's example of sequences and streams (the python block that calls ``ctx.stream``) defines a
+    service whose routes are a sequence route and a streaming one."""
+    import re
+
+    from tests._server import ROOT
+
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.DOTALL)]
+    (block,) = [b for b in blocks if "ctx.stream(" in b] or [None]
+    if block is None:
+        pytest.skip("the README has no example of ctx.stream yet (docs merged by the lead)")
+    namespace: dict[str, Any] = {}
+    exec(block, namespace)
+    routes = {route.path: route for route in namespace["service"].routes}
+    assert routes["/v1/generate"].response_type is ServerSentEvent
+    assert set(routes) == {"/v1/summary", "/v1/generate"}
