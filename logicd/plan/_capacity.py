@@ -53,9 +53,10 @@ def _clean(row: dict[str, Any]) -> tuple[float, float, float] | None:
         return None
     latency = result.get("latency_ms") or {}
     try:
-        return float(result["infer_per_s"]), float(latency["p50"]), float(latency["p99"])
+        out = float(result["infer_per_s"]), float(latency["p50"]), float(latency["p99"])
     except (KeyError, TypeError, ValueError):
         return None
+    return out if out[0] > 0 else None
 
 
 def resolve_capacity(
