@@ -227,6 +227,7 @@ def test_unary_calls_are_refused_as_triton_refuses_them(server: ModelsvcProcess)
     tensor.set_data_from_numpy(np.ones((1, 1), np.int32))
     with pytest.raises(InferenceServerException) as http_refusal:
         http.infer("repeat", [tensor])
+    assert http_refusal.value.status() == "501"
     assert http_refusal.value.message() == "HTTP end point doesn't support models with decoupled transaction policy"
 
 

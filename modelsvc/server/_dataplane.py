@@ -142,8 +142,8 @@ class DataPlane:
         mv = self.models.get(name, version)
         if is_decoupled(mv):
             if endpoint is not None:
-                raise Unsupported(f"{endpoint} doesn't support models with decoupled transaction policy")
-            raise Unsupported(
+                raise DecoupledRefused(f"{endpoint} doesn't support models with decoupled transaction policy")
+            raise DecoupledRefused(
                 f"model '{name}' uses the decoupled transaction policy: only a stream (gRPC ModelStreamInfer) runs it"
             )
         try:
@@ -285,6 +285,13 @@ class DataPlane:
 
 _NO_MODEL_CONTROL = "explicit model load / unload is not allowed if polling is enabled"
 """Triton's words (and code, UNAVAILABLE) for load and unload outside model control mode EXPLICIT."""
+
+
+class DecoupledRefused(Unsupported):
+    """A unary call (HTTP ``/infer``, gRPC ``ModelInfer``, BLS) to a decoupled model: Triton answers HTTP 501 and
+    gRPC UNIMPLEMENTED."""
+
+    http_status = 501
 
 
 def is_decoupled(mv: ModelVersion) -> bool:

@@ -24,7 +24,7 @@ from ..protocol import (
     encode_infer_response_parts,
     encode_json,
 )
-from ._dataplane import DataPlane
+from ._dataplane import DataPlane, DecoupledRefused
 from ._errors import http_error
 from ._restricted import ApiCategory, RestrictedApis, http_category
 
@@ -302,6 +302,8 @@ class InferEndpoint:
             status, message = http_error(exc)
             if status == 500:
                 logger.error("inference on model %s failed", model, exc_info=exc)
+            elif isinstance(exc, DecoupledRefused):
+                status = DecoupledRefused.http_status  # Triton's 501, where other UNSUPPORTED errors are 400
             if trace is not None:
                 trace.end(status, exc)
             return Reply(status, encode_error(message), _JSON_BYTES)

@@ -72,8 +72,8 @@ class TritonPythonModel:
             try:
                 sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
                 message = "no exception"
-            except pb_utils.TritonModelException as exc:
-                message = exc.message()
+            except Exception as exc:  # Triton raises its own exception type: its text is what the tests compare
+                message = str(exc)
             with open(record, "a") as f:
                 f.write(message + "\n")
 
