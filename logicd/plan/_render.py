@@ -9,7 +9,7 @@ from typing import Any
 
 from ._options import Option, Planned
 from ._pack import Node
-from ._schema import format_cpu, format_memory
+from ._schema import cpu_millis, format_cpu, format_memory
 
 __all__ = ["as_json", "render_svg", "render_text"]
 
@@ -36,6 +36,16 @@ def _use(nodes: list[Node]) -> dict[str, float | None]:
         "memory": share(sum(n.memory for n in nodes), sum(n.shape.memory for n in nodes)),
         "gpu": share(sum(n.gpu for n in nodes), sum(n.shape.gpu for n in nodes)),
     }
+
+
+def _gi(nbytes: int) -> str:
+    """Memory for reading: GiB with one decimal, or the exact quantity when it is whole."""
+    exact = format_memory(nbytes)
+    return exact if exact.endswith("Gi") or nbytes < 2**30 else f"{nbytes / 2**30:.1f}Gi"
+
+
+def _q(value: str | float) -> str:
+    return format_cpu(cpu_millis(value))
 
 
 def _pct(value: float | None) -> str:
@@ -76,11 +86,15 @@ def _table(rows: list[list[str]]) -> list[str]:
 
 def render_text(planned: Planned, details: bool = True) -> str:
     plan = planned.plan
+    ds, gds = plan.cluster.daemonsets, plan.cluster.gpu_daemonsets
     peak, avg = planned.peak_rps, planned.average_rps
     lines = [
         f"{len(planned.services)} services, peak {peak:,.0f} req/s, average {avg:,.0f} req/s; headroom "
         f"{100 * plan.cluster.headroom:.0f}% at peak; at least {plan.cluster.min_replicas} replicas per half",
         f"prices: {plan.prices_as_of or 'as given in the plan'}",
+        f"room per node: allocatable (capacity less GKE's kubelet reservation, unless the node type gives it) less "
+        f"the DaemonSets' requests, cpu {_q(ds.cpu)}, memory {ds.memory} (GPU nodes: more cpu {_q(gds.cpu)}, "
+        f"memory {gds.memory}); pods packed by their requests",
         "",
     ]
     rows = [
@@ -126,6 +140,12 @@ def render_text(planned: Planned, details: bool = True) -> str:
     ]
     if not details:
         return "\n".join(lines) + "\n"
+    for shape in planned.shapes:
+        gpus = f", {shape.gpu} GPU" if shape.gpu else ""
+        lines.append(
+            f"node type {shape.name}: {shape.vcpus:g} vCPU, {format_memory(shape.memory_capacity)}{gpus}, "
+            f"${shape.price:g}/hour; room for pods: cpu {format_cpu(shape.cpu)}, memory {_gi(shape.memory)}"
+        )
     for svc in planned.services:
         for key, half in svc.halves.items():
             lines.append(f"capacity {svc.name}/{key}: {half.capacity.rps:,.1f} req/s per pod ({half.capacity.source})")
@@ -143,8 +163,8 @@ def render_text(planned: Planned, details: bool = True) -> str:
         for k, node, pods in _groups(o.nodes_peak):
             s = node.shape
             room = (
-                f"cpu {format_cpu(node.cpu)}/{format_cpu(s.cpu)}, memory {format_memory(node.memory)}/"
-                + f"{format_memory(s.memory)}"
+                f"cpu {format_cpu(node.cpu)}/{format_cpu(s.cpu)}, memory {_gi(node.memory)}/"
+                + f"{_gi(s.memory)}"
                 + (f", gpu {node.gpu}/{s.gpu}" if s.gpu else "")
             )
             what = ", ".join(f"{label} x{n}" for label, n in sorted(pods.items()))
