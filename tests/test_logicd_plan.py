@@ -109,6 +109,7 @@ def test_a_part_filled_node_becomes_the_cheapest_type_that_holds_its_pods() -> N
 
 def test_a_pod_bigger_than_every_node_names_the_service() -> None:
     message = fails(NODES + "services:" + cpu_service(name="huge", cpu="9"))
+    assert message == fails(NODES + "services:" + cpu_service(name="huge", cpu="9", peak=0, min_replicas=0))
     assert "services[0] (huge)" in message
     assert "huge/pod" in message
     assert "cpu 9" in message

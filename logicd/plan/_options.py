@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ._capacity import Measured, resolve_capacity
-from ._pack import Node, NoFit, PodSpec, Shape, cheapest_packing, shape_of
+from ._pack import Node, NoFit, PodSpec, Shape, cheapest_packing, check_fits, shape_of
 from ._schema import Half, Plan, PlanError, Resources, Service, cpu_millis, format_cpu, format_memory, memory_bytes
 
 __all__ = ["OPTIONS", "Option", "Planned", "Resolved", "Sized", "plan_all", "replicas_for", "resolve"]
@@ -164,9 +164,9 @@ class _Builder:
         self.plan = plan
         self.headroom = plan.cluster.headroom
 
-    def sized(self, svc: Service, pod: PodSpec, capacity: float, rps_scale: float = 1.0) -> Sized:
+    def sized(self, svc: Service, pod: PodSpec, capacity: float) -> Sized:
         floor = self.plan.cluster.min_replicas if svc.min_replicas is None else svc.min_replicas
-        peak, avg = svc.peak_rps * rps_scale, _average(svc) * rps_scale
+        peak, avg = svc.peak_rps, _average(svc)
         return Sized(
             pod,
             capacity,
@@ -286,6 +286,7 @@ def plan_all(plan: Plan, base: Path, source: str = "plan") -> Planned:
             usable = [s for s in shapes if not s.gpu] if name == "cpu-only" else shapes
             if not usable:
                 raise _Unavailable("no CPU node type on offer")
+            check_fits([d.pod for d in option.deployments], usable)  # with no replicas too
             option.nodes_peak = cheapest_packing(_expand(option.deployments, "peak"), usable)
             option.nodes_average = cheapest_packing(_expand(option.deployments, "average"), usable)
         except _Unavailable as exc:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from ._schema import Cluster, NodeType, cpu_millis, memory_bytes
 
-__all__ = ["NoFit", "Node", "PodSpec", "Shape", "cheapest_packing", "pack", "shape_of", "shrink"]
+__all__ = ["NoFit", "Node", "PodSpec", "Shape", "cheapest_packing", "check_fits", "pack", "shape_of", "shrink"]
 
 GiB = 2**30
 
@@ -184,15 +184,20 @@ def shrink(nodes: list[Node], shapes: Sequence[Shape]) -> list[Node]:
     return nodes
 
 
+def check_fits(pods: Sequence[PodSpec], shapes: Sequence[Shape]) -> None:
+    """:class:`NoFit` for the first pod that no node type holds."""
+    for pod in pods:
+        if not any(s.holds(pod) for s in shapes):
+            raise NoFit(pod, shapes)
+
+
 def cheapest_packing(pods: Sequence[PodSpec], shapes: Sequence[Shape]) -> list[Node]:
     """The cheapest FFD packing over the choices of one GPU node type (for GPU pods) and one CPU node type (for
     CPU pods that find no room); a pod whose chosen type does not hold it opens the cheapest type that does.
     GPU pods are placed first, so CPU pods fill the GPU nodes' spare room before CPU nodes are opened; then each
     node becomes the cheapest type that holds its pods (:func:`shrink`).
     Raises :class:`NoFit` for a pod that no type holds."""
-    for pod in pods:
-        if not any(s.holds(pod) for s in shapes):
-            raise NoFit(pod, shapes)
+    check_fits(pods, shapes)
     gpu_pods = [p for p in pods if p.gpu]
     cpu_pods = [p for p in pods if not p.gpu]
     gpu_choices: list[Shape | None] = [s for s in shapes if s.gpu] if gpu_pods else [None]
