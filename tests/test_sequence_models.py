@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 import tritonclient.grpc as tg
 import tritonclient.http as th
-from onnx import TensorProto, helper
 from tritonclient.utils import InferenceServerException
 
-from modelsvc.tools.onnx_models import _model, write_model
+from loadtests.bench_sequence import onnx_sum_model
+from modelsvc.tools.onnx_models import write_model
 from tests._server import ModelsvcProcess
 
 T = TypeVar("T")
@@ -72,27 +72,11 @@ ONNX_DEBUG_CONFIG = (
 )
 
 
-def _onnx_sum() -> Any:
-    """OUTPUT = (SUM_IN * (1 - START) + INPUT) * READY; SUM_OUT = OUTPUT (all [batch, 1] float)."""
-    f = TensorProto.FLOAT
-    nodes = [
-        helper.make_node("Sub", ["one", "START"], ["keep"]),
-        helper.make_node("Mul", ["SUM_IN", "keep"], ["kept"]),
-        helper.make_node("Add", ["kept", "INPUT"], ["summed"]),
-        helper.make_node("Mul", ["summed", "READY"], ["OUTPUT"]),
-        helper.make_node("Identity", ["OUTPUT"], ["SUM_OUT"]),
-    ]
-    io = [helper.make_tensor_value_info(n, f, ["batch", 1]) for n in ("INPUT", "START", "READY", "SUM_IN")]
-    outs = [helper.make_tensor_value_info(n, f, ["batch", 1]) for n in ("OUTPUT", "SUM_OUT")]
-    one = helper.make_tensor("one", f, [1], [1.0])
-    return _model(helper.make_graph(nodes, "onnx_sum", io, outs, initializer=[one]))
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelsvcProcess]:
     repo = tmp_path_factory.mktemp("seq") / "models"
     shutil.copytree(DATA, repo)
-    model = _onnx_sum()
+    model = onnx_sum_model()
     write_model(repo, "onnx_sum", model, ONNX_CONFIG)
     write_model(repo, "onnx_sum_auto", model, ONNX_AUTO_CONFIG)
     write_model(repo, "onnx_sum_debug", model, ONNX_DEBUG_CONFIG)

@@ -2,7 +2,8 @@
 
 Each instance has ``SequenceSettings.slots`` sequence slots. A request that starts a sequence
 (``sequence_start``) takes a free slot (the lowest slot number first, spread over the instances, as Triton
-does) and keeps it until its END request has run or it has been idle for ``max_sequence_idle_microseconds``;
+does) and keeps it until its END request has run or it has been idle for ``max_sequence_idle_microseconds``
+(no request waiting or running, and none arrived or finished for that long);
 when every slot is held the sequence waits in the backlog (never refused) and takes the next slot that frees.
 The requests of one sequence run one at a time, in arrival order.
 
@@ -459,8 +460,10 @@ class SequenceScheduler:
             self.stats.record_execution(executed, in_ns, infer_ns, out_ns, inferences=len(taken))
             waited = start_ns * len(taken) - sum(step.enqueued_ns for _, step in taken)
             self.stats.record_requests(len(taken), waited, in_ns, infer_ns, out_ns)
+        done_ns = perf_counter_ns()
         for (seq, step), answer in zip(taken, answers, strict=True):
             seq.running = False
+            seq.last_ns = done_ns  # idle from here: a request that waited in the backlog is not idleness
             if not isinstance(answer, BaseException):
                 try:
                     seq.state = take_state(self.settings, answer, self.stats.name)
