@@ -149,16 +149,19 @@ def _order(pod: PodSpec) -> tuple[int, int, int, int]:
 
 def pack(pods: Sequence[PodSpec], nodes: list[Node], opener: Callable[[PodSpec], Shape]) -> list[Node]:
     """First-fit decreasing: each pod (largest first) onto the first node with room, else a new node of the type
-    ``opener`` names. ``nodes`` (already open) are filled first and are part of the result."""
+    ``opener`` names. ``nodes`` (already open) are filled first and are part of the result.
+
+    Nodes only fill up, so a node that could not take a pod never takes an identical one later: the search for
+    the next identical pod starts where the last one's ended (the same answer, without rescanning full nodes)."""
+    start: dict[PodSpec, int] = {}
     for pod in sorted(pods, key=_order, reverse=True):
-        for node in nodes:
-            if node.fits(pod):
-                node.add(pod)
-                break
-        else:
-            node = Node(opener(pod))
-            node.add(pod)
-            nodes.append(node)
+        i = start.get(pod, 0)
+        while i < len(nodes) and not nodes[i].fits(pod):
+            i += 1
+        if i == len(nodes):
+            nodes.append(Node(opener(pod)))
+        nodes[i].add(pod)
+        start[pod] = i
     return nodes
 
 
