@@ -208,7 +208,7 @@ def table(rows: dict[str, dict[int, float | str]], batches: list[int], header: s
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--kinds", default="gpu,gpu_fp16,cpu", help="models to serve: gpu, gpu_fp16, cpu")
-    parser.add_argument("--batches", default="1,8,32")
+    parser.add_argument("--batches", default="1,8,32,64")
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--layers", type=int, default=6)
     parser.add_argument("--hidden", type=int, default=384)
