@@ -266,6 +266,8 @@ def test_the_cli_exits_2_naming_what_to_change(tmp_path: Path, capsys: pytest.Ca
     assert "services[0] (huge): huge/pod: a pod requests cpu 9" in capsys.readouterr().err
     assert main(["plan"]) == 2
     assert "logicd plan --example > plan.yaml" in capsys.readouterr().err
+    assert main(["plan", str(bad), "--picture", "plan.png"]) == 2
+    assert "--picture writes SVG: name a .svg file" in capsys.readouterr().err
 
 
 def test_the_cli_writes_table_json_picture_and_values(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -290,10 +290,11 @@ def render_svg(planned: Planned) -> str:
                     f'fill="{colours.get(pod.service, "#999")}"{outline}><title>'
                     f"{html.escape(pod.label)}</title></rect>"
                 )
-            name = node.shape.name if w >= 7 * len(node.shape.name) else node.shape.name.split(".")[-1][:4]
+            fits = w >= 5.5 * len(node.shape.name)  # the full name at 9 px, else the size part at 7 px
+            name = node.shape.name if fits else node.shape.name.split(".")[-1]
             parts.append(
-                f'<text x="{x + w / 2:.1f}" y="{y + box_h + 12}" font-size="9" text-anchor="middle">'
-                f"{html.escape(name)}</text></g>"
+                f'<text x="{x + w / 2:.1f}" y="{y + box_h + 12}" font-size="{9 if fits else 7}" '
+                f'text-anchor="middle">{html.escape(name)}</text></g>'
             )
             x += w + gap
         width = max(width, int(x) + left)
