@@ -12,9 +12,10 @@ candidate sequences). The model costs almost nothing, so the numbers are the sch
 The client (this process, grpc.aio with the generated stub, one channel) keeps ``--sequences`` sequences in
 flight: each runs ``--steps`` requests one after the other (START on the first, END on the last, the next sent
 when the last answered), then a new sequence id starts, until ``--seconds`` have passed; the sequences under way
-then finish. Every answer is checked against the running sum (``wrong`` counts the mismatches). sequences/s and
-steps/s divide what finished by the time until the last one did; latency is each step's round trip; ``batch`` is
-the mean rows per execution from the server's statistics (inference_count / execution_count).
+then finish. Every answer is checked against the running sum (``wrong+failed``: mismatches and failed
+requests). sequences/s and steps/s divide what finished by the time until the last one did; latency is each
+step's round trip; ``batch`` is the mean rows per execution from the server's statistics (inference_count /
+execution_count).
 """
 
 from __future__ import annotations
@@ -204,7 +205,7 @@ async def measure(server: _servers.ServerProcess, backend: str, strategy: str, a
 
 
 def table(points: list[Point]) -> str:
-    head = ["backend", "strategy", "sequences/s", "steps/s", "p50 ms", "p99 ms", "batch", "wrong"]
+    head = ["backend", "strategy", "sequences/s", "steps/s", "p50 ms", "p99 ms", "batch", "wrong+failed"]
     rows = [head, *(p.row() for p in points)]
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |" for r in rows]
