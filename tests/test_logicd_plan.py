@@ -248,6 +248,8 @@ def test_missing_or_bad_measurements(capacity: str, expected: str, tmp_path: Pat
         (("kind: cpu", "kind: model"), "(s): kind model needs `model`"),
         (("cpu: 1, memory: 1Gi", "cpu: lots, memory: 1Gi"), "logic.resources.cpu: a CPU quantity is a number"),
         (("name: s", "name: pair"), "service 'pair' is listed twice"),
+        (("kind: cpu", "kind: gpu"), "services[1] (s).kind: 'gpu' is not a kind: pair (logic + model), model or cpu"),
+        (("vcpus: 4,", "cpus: 4,"), "node_types[0] (cpu4): unknown field `cpus`"),
     ],
 )
 def test_bad_input_names_the_field(edit: tuple[str, str], expected: str) -> None:

@@ -213,14 +213,16 @@ def _translate(exc: msgspec.ValidationError, data: dict[str, object]) -> str:
     reason = reason.replace("Object contains unknown field", "unknown field").replace("Object missing", "missing")
     reason = reason.replace("Expected", "expected")
     where = where.lstrip(".")
-    named = re.match(r"services\[(\d+)\]", where)
+    named = re.match(r"(services|node_types)\[(\d+)\]", where)
     if named:
-        services = data.get("services")
-        index = int(named.group(1))
-        if isinstance(services, list) and index < len(services) and isinstance(services[index], dict):
-            name = services[index].get("name")
+        items = data.get(named.group(1))
+        index = int(named.group(2))
+        if isinstance(items, list) and index < len(items) and isinstance(items[index], dict):
+            name = items[index].get("name")
             if isinstance(name, str):
-                where = f"services[{index}] ({name})" + where[named.end() :]
+                where = f"{named.group(0)} ({name})" + where[named.end() :]
+    if where.endswith(".kind") and reason.startswith("Invalid enum value"):
+        reason = f"{reason[len('Invalid enum value ') :]} is not a kind: pair (logic + model), model or cpu"
     return f"{where}: {reason}" if where else reason
 
 
