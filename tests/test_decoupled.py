@@ -243,3 +243,27 @@ def test_a_bad_request_gets_one_error_and_the_stream_goes_on(server: ModelsvcPro
     assert result is None
     assert "unexpected shape for input 'N'" in error.message()
     assert by_request(good)["good"] == [([0], False), ([1], True)]
+
+
+def bls_answers(http_url: str) -> list[tuple[list[int], list[bytes]]]:
+    """What ``bls_repeat`` got from ``repeat`` through exec / async_exec(decoupled=True), for a few requests."""
+    client = httpclient.InferenceServerClient(http_url)
+    answers = []
+    for n, error_at, run_async in ((3, 1, 0), (3, 1, 1), (0, -1, 0), (2, -1, 1)):
+        tensors = []
+        for name, value in (("N", n), ("ERROR_AT", error_at), ("ASYNC", run_async)):
+            tensor = httpclient.InferInput(name, [1], "INT32")
+            tensor.set_data_from_numpy(np.array([value], np.int32))
+            tensors.append(tensor)
+        result = client.infer("bls_repeat", tensors)
+        answers.append((result.as_numpy("OUT").tolist(), result.as_numpy("ERRORS").tolist()))
+    return answers
+
+
+def test_bls_requests_to_a_decoupled_model_iterate_its_responses(server: ModelsvcProcess) -> None:
+    assert bls_answers(server.url) == [
+        ([0, 2], [b"error at response 1"]),
+        ([0, 2], [b"error at response 1"]),
+        ([-1], []),  # the final flag without a response: an empty last response
+        ([0, 1], []),
+    ]

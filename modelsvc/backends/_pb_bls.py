@@ -38,6 +38,18 @@ from ._pb_response import (
 from ._pb_tensor import Tensor, _all_bytes, _bytes_array
 
 
+def _stream_exec(request: BLSRequest) -> Any:
+    from ._pb_bls_stream import stream_exec  # it imports this module
+
+    return stream_exec(request)
+
+
+def _stream_async_exec(request: BLSRequest, here: asyncio.AbstractEventLoop) -> asyncio.Future[Any]:
+    from ._pb_bls_stream import stream_async_exec
+
+    return stream_async_exec(request, here)
+
+
 @dataclass(frozen=True, slots=True)
 class _Caller:
     """The model whose ``execute`` runs on this thread (set by the python backend)."""
@@ -77,9 +89,11 @@ class BLSRequest:
     _timeout_us: int
     _parameters: dict[str, Any]
 
-    def exec(self, decoupled: bool = False) -> InferenceResponse:
-        """Run this request on its model and wait for the response; a failure is a response with an error."""
-        _refuse_decoupled(decoupled)
+    def exec(self, decoupled: bool = False) -> Any:
+        """Run this request on its model and wait for the response; a failure is a response with an error.
+        ``decoupled=True``: an iterator of the model's responses as it sends them (``_pb_bls_stream``)."""
+        if decoupled:
+            return _stream_exec(self)
         prepared = self._prepare()
         if isinstance(prepared, InferenceResponse):
             return prepared
@@ -105,12 +119,14 @@ class BLSRequest:
             return self._failure(exc)
         return _response_from(result)
 
-    def async_exec(self, decoupled: bool = False) -> asyncio.Future[InferenceResponse]:
+    def async_exec(self, decoupled: bool = False) -> asyncio.Future[Any]:
         """Start this request and return an awaitable of its response; call it from ``async def execute``.
 
-        Several requests started this way run at once (``asyncio.gather`` them)."""
-        _refuse_decoupled(decoupled)
+        Several requests started this way run at once (``asyncio.gather`` them). ``decoupled=True``: an
+        awaitable of an iterator of all the model's responses (``_pb_bls_stream``)."""
         here = asyncio.get_running_loop()  # as in Triton: only from a coroutine
+        if decoupled:
+            return _stream_async_exec(self, here)
         prepared = self._prepare()
         if isinstance(prepared, InferenceResponse):
             ready: asyncio.Future[InferenceResponse] = here.create_future()
@@ -216,11 +232,6 @@ class BLSRequest:
             f"BLS request to model '{self._model_name}' failed inside the server; see the server log",
             TritonError.INTERNAL,
         )
-
-
-def _refuse_decoupled(decoupled: bool) -> None:
-    if decoupled:
-        raise TritonModelException("BLS requests to decoupled models are not supported by modelsvc")
 
 
 def _response_from(result: InferResponse) -> InferenceResponse:

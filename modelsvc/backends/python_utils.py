@@ -24,8 +24,9 @@ is true, as in Triton; it does not raise.
 Decoupled models (``model_transaction_policy { decoupled: true }``): ``request.get_response_sender()``
 gives an ``InferenceResponseSender`` (``send(response, flags)``, ``is_cancelled()``; see ``_pb_sender``).
 
-Not supported, refused with a clear error: BLS requests to decoupled models (``exec(decoupled=True)``) and
-request rescheduling. Custom metrics
+BLS requests to decoupled models: ``exec(decoupled=True)`` iterates their responses (see ``_pb_bls_stream``).
+
+Not supported, refused with a clear error: request rescheduling. Custom metrics
 (``MetricFamily``) count in the process but are not exported on ``/metrics``.
 
 Where the code lives: ``_pb_tensor`` (tensors, type tables), ``_pb_errors``, ``_pb_response`` (responses,
