@@ -7,7 +7,8 @@
 #        PYTHON (default python3, 3.11+, with torch built for CUDA)   BUDGET_S (default 330)
 #
 # The wheels are what modelsvc's import path and the tests need beyond such a machine's image (tritonclient,
-# litestar, msgspec, hpack, opentelemetry, ...); loadtests/gpu/verify.sh is the full check, with TensorRT.
+# litestar, msgspec, hpack, opentelemetry, ...): loadtests/gpu/device_wheels.txt lists them and how to download
+# them. loadtests/gpu/verify.sh is the full check, with TensorRT and ONNX Runtime's CUDA provider.
 # Steps, each PASS, FAIL or SKIP with its reason in the summary, its output in WORK/logs/NN-step.log:
 #   1. gpu          nvidia-smi names the GPU (none: exit 2 with the reason, nothing else runs)
 #   2. wheels       pip install --no-index --no-deps --target from WHEELS
