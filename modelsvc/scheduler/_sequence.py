@@ -252,14 +252,17 @@ class SequenceScheduler:
         for seq in self._sequences():
             if step in seq.steps:
                 seq.steps.remove(step)
-                if step.end and not seq.steps and not seq.running:
-                    self._release(seq)
-                    self._drop_backlogged(seq)
+                self._release_if_over(seq)
                 break
         self._pump()
 
-    def _drop_backlogged(self, seq: _Sequence) -> None:
-        if seq in self._backlog and not seq.steps:
+    def _release_if_over(self, seq: _Sequence) -> None:
+        """A sequence that takes no more requests (its END came) and has none left gives its slot (or its place in
+        the backlog) up; also when its END request was withdrawn."""
+        if seq.live or seq.steps or seq.running:
+            return
+        self._release(seq)
+        if seq in self._backlog:
             self._backlog.remove(seq)
 
     def _sequences(self) -> list[_Sequence]:
@@ -476,8 +479,7 @@ class SequenceScheduler:
                     step.future.set_exception(self._error(answer))
                 else:
                     step.future.set_result(answer)
-            if step.end and not seq.steps:
-                self._release(seq)
+            self._release_if_over(seq)
         self._pump()
 
     def _error(self, exc: BaseException | None) -> ModelsvcError:
