@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # device_check.sh: the part of modelsvc's GPU path that runs with PyTorch and NVML alone (no TensorRT, no ONNX
-# Runtime CUDA provider), checked on a machine with an NVIDIA GPU, offline, in about 5 minutes.
+# Runtime CUDA provider), checked on a machine with an NVIDIA GPU, offline, in about 2 minutes (98 s on an H200).
 #
 #   bash loadtests/gpu/device_check.sh            # from anywhere; OUT=DIR keeps the summary, table and logs
 #   env: WHEELS=DIR (default ROOT/.whl): wheels installed with pip --target into a temp folder, first on PYTHONPATH
