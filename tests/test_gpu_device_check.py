@@ -119,3 +119,43 @@ def test_failing_steps_are_recorded_with_reasons_and_the_summary_reaches_out(tmp
     with tarfile.open(out / "logs.tgz") as logs:
         names = sorted(Path(n).name for n in logs.getnames() if n.endswith(".log"))
     assert names == ["00-nvidia-smi.log", "01-imports.log", "02-ort-cuda.log", "03-tensorrt.log"]
+
+
+# --- bench_torch's parts that need no GPU (its served checks and table run in device_check.sh) ------------------
+
+
+def test_bench_torch_config_and_table() -> None:
+    from loadtests.gpu import bench_torch as bt
+
+    gpu = bt.config("gpu_fp16", "KIND_GPU", "fp16", 384)
+    assert 'backend: "pytorch"' in gpu
+    assert "instance_group [ { kind: KIND_GPU count: 1 gpus: [ 0 ] } ]" in gpu
+    assert 'output [ { name: "embeddings" data_type: TYPE_FP16 dims: [ 384 ] } ]' in gpu
+    assert "kind: KIND_CPU count: 1 }" in bt.config("cpu", "KIND_CPU", "fp32", 384)
+    rows: dict[str, dict[int, float | str]] = {"gpu": {1: 2704.3, 8: 95.25}, "cpu": {1: "error: RuntimeError"}}
+    text = bt.table(rows, [1, 8], "GPU: NVIDIA H200")
+    assert text.splitlines() == [
+        "GPU: NVIDIA H200",
+        "",
+        "| model (instance) | batch 1 | batch 8 |",
+        "|---|---|---|",
+        "| gpu (KIND_GPU fp32) | 2,704 | 95.2 |",
+        "| cpu (KIND_CPU fp32) | error: RuntimeError | - |",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--kinds", "gpu,tpu"], "--kinds: unknown ['tpu']"),
+        (["--hidden", "100"], "--hidden must be a positive multiple of 64"),
+        (["--batches", "1,128"], "--batches: sizes from 1 to 64"),
+    ],
+)
+def test_bench_torch_usage_errors(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from loadtests.gpu import bench_torch as bt
+
+    with pytest.raises(SystemExit) as exited:
+        bt.main(args)
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
