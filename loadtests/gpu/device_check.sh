@@ -98,8 +98,8 @@ record gpu PASS "$GPU_INFO"
 
 # --- 2. the wheels -----------------------------------------------------------------------------------------------
 if compgen -G "$WHEELS/*.whl" >/dev/null; then
-  run wheels 120 "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --disable-pip-version-check --target "$SITE" "$WHEELS"/*.whl
+  run wheels 120 "$PYTHON" -m pip install --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --disable-pip-version-check --target "$SITE" "$WHEELS"/*.whl  # the log names each wheel installed
   if ((RC == 0)); then
     record wheels PASS "$(find "$WHEELS" -maxdepth 1 -name '*.whl' | wc -l) wheels into $SITE"
   else
