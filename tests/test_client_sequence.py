@@ -76,11 +76,12 @@ def test_bad_sequence_ids_are_refused_before_sending(bad: Any) -> None:
 
 @pytest.fixture(scope="module")
 def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[ModelsvcProcess]]:
-    """Two replicas of a repository of seqecho and seq's accumulate_state (the server keeps each sequence's sum as
-    implicit state, starting at 100)."""
+    """Two replicas of a repository of seqecho, seq's accumulate_state (the server keeps each sequence's sum as
+    implicit state, starting at 100) and accumulate (the model keeps the sums; direct strategy, 2 slots)."""
     repo = tmp_path_factory.mktemp("sequences")
     (repo / "seqecho").symlink_to(REPO / "seqecho")
     (repo / "accumulate_state").symlink_to(ACCUMULATE)
+    (repo / "accumulate").symlink_to(ACCUMULATE.parent / "accumulate")
     servers = [ModelsvcProcess(repo).start(), ModelsvcProcess(repo).start()]
     try:
         for server in servers:
@@ -189,6 +190,27 @@ def test_interleaved_sequences_over_two_replicas_keep_their_own_state(
 
             got = await asyncio.gather(*(one(v) for v in values))
             assert got == [(100 + np.cumsum(v)).tolist() for v in values]
+
+    asyncio.run(main())
+
+
+@pytest.mark.integration
+def test_over_http_waiting_starts_leave_connections_to_live_sequences(replicas: list[ModelsvcProcess]) -> None:
+    """64 sequences on accumulate's 2 slots over 32 connections: the starts waiting for a slot hold at most 16,
+    so the live sequences' next requests still go out before their idle time (2 s) runs out. (Without that
+    bound, 31 of 64 sequences were released mid-way and failed with Triton's "must specify the START flag".)"""
+
+    async def main() -> None:
+        async with AsyncClient(replicas[0].base, max_connections=32) as client:
+
+            async def one() -> list[int]:
+                async with client.sequence("accumulate") as seq:
+                    return [
+                        int((await seq.infer(INPUT=np.array([[1]], np.int32), end=i == 3))["OUTPUT"][0][0])
+                        for i in range(4)
+                    ]
+
+            assert await asyncio.gather(*(one() for _ in range(64))) == [[1, 2, 3, 4]] * 64
 
     asyncio.run(main())
 

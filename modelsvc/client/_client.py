@@ -242,6 +242,9 @@ class AsyncClient:
         else:
             self._t = _replicas(url, discovery, resolve, binary, max_connections, headers, transport)
         self._loop: asyncio.AbstractEventLoop | None = None
+        http = binding is None and self._t.scheme in ("http", "https")
+        self._sequence_starts = asyncio.Semaphore(max(1, max_connections // 2)) if http else None
+        """Sequence starts in flight over HTTP: at most half the connections (see ``_sequence``)."""
 
     async def _call(self, op: Callable[[float | None], Awaitable[T]], timeout: float | None = None) -> T:
         loop = asyncio.get_running_loop()

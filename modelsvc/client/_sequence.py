@@ -14,6 +14,12 @@ block, or the caller never said which call was the last), the last inputs are se
 ``sequence_end`` and that answer is discarded: the protocol has no request that ends a sequence without inputs.
 If even that fails, the server releases the sequence after its ``max_sequence_idle_microseconds``.
 
+Over HTTP an ``AsyncClient`` lets at most half its connections (``max_connections``) carry sequence starts at
+once. A start waits on the server until a sequence slot frees; were every connection taken by such waiting
+starts, the next request of a sequence that holds a slot could not be sent, and the server would release that
+sequence when its idle time ran out (seen: 64 sequences over 32 connections on a model with 2 slots). gRPC
+multiplexes its calls on one connection and needs no such bound.
+
 Over several replicas (``AsyncClient([...])``) every request of a sequence goes to the replica that took its
 first one; a replica lost mid-sequence raises ``SequenceLost`` (the model's state for the sequence is gone with
 it), never a silent restart elsewhere.
@@ -21,6 +27,7 @@ it), never a silent restart elsewhere.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import random
@@ -110,6 +117,9 @@ class _SyncInfer(Protocol):
 
 
 class _AsyncInfer(Protocol):
+    _sequence_starts: asyncio.Semaphore | None
+    """Bounds the sequence starts in flight (HTTP: half the connections), or None."""
+
     async def _infer(
         self,
         model: str,
@@ -248,8 +258,17 @@ class AsyncInferSequence(_State):
         **named: Any,
     ) -> InferResult:
         tensors, params = self._request(inputs, named, end, parameters)
+        gate = None if self.started else self._client._sequence_starts
         try:
-            result = await self._client._infer(self.model, self.version, tensors, outputs, request_id, params, timeout)
+            if gate is None:
+                result = await self._client._infer(
+                    self.model, self.version, tensors, outputs, request_id, params, timeout
+                )
+            else:
+                async with gate:
+                    result = await self._client._infer(
+                        self.model, self.version, tensors, outputs, request_id, params, timeout
+                    )
         except BaseException:
             self._sent(tensors, params, ok=False)
             raise
