@@ -127,7 +127,9 @@ class SequenceScheduler:
         request: InferRequest | None = None,
     ) -> Arrays:
         """Queue a request of a sequence and wait for its outputs. ``request`` None (a warmup sample): a
-        sequence of its own, started and ended by this request."""
+        sequence of its own, started and ended by this request. ``priority`` and ``timeout_us`` are part of the
+        schedulers' interface but unused here: requests run in their sequence's order, and a request waits in
+        the backlog until a slot frees (Triton's backlog timeouts are not implemented)."""
         step = self._enqueue(inputs, outputs, on_start, trace, request)
         self._pump()
         try:
