@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 import numpy as np
+import onnxruntime
 import pytest
 import tritonclient.http as httpclient
 from google.protobuf import text_format
@@ -457,6 +458,8 @@ def test_server_refuses_a_bad_key_serves_the_rest_and_reports_the_provider_in_us
 def _gpu_instance(tmp_path: Path, config: str) -> OnnxRuntimeInstance:
     if not visible_gpus():
         pytest.skip("no NVIDIA GPU visible to this process")
+    if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
+        pytest.skip("ONNX Runtime here is a build without the CUDA provider (pip install onnxruntime-gpu)")
     [instance] = create(tmp_path, "on_gpu", "instance_group [ { kind: KIND_GPU count: 1 gpus: [ 0 ] } ]\n" + config)
     assert isinstance(instance, OnnxRuntimeInstance)
     x = np.linspace(-1, 1, 32, dtype=np.float32).reshape(2, 16)

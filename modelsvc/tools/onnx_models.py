@@ -93,7 +93,8 @@ def token_classifier(
     ]
     cur = "h0"
     for i in range(layers):
-        w = rng.standard_normal((hidden, hidden)).astype(np.float32) / np.sqrt(hidden)
+        # the scale as float32: numpy 2 would promote the weights to float64, which the graph does not declare
+        w = rng.standard_normal((hidden, hidden)).astype(np.float32) / np.float32(np.sqrt(hidden))
         init.append(numpy_helper.from_array(w, f"w{i}"))
         nodes.append(helper.make_node("MatMul", [cur, f"w{i}"], [f"m{i}"]))
         nodes.append(helper.make_node("Tanh", [f"m{i}"], [f"h{i + 1}"]))
