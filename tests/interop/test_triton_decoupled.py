@@ -37,7 +37,10 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tupl
     workdir = tmp_path_factory.mktemp("triton_decoupled")
     repo = workdir / "repository"
     shutil.copytree(REPOSITORY, repo)
-    with _servers.triton_server(repo, workdir) as triton, ModelsvcProcess(repo) as ours:
+    triton_process = _servers.triton_server(repo, workdir)
+    # Triton 2.51 waits its whole exit timeout (30 s) after BLS calls to a decoupled model, answered or not
+    triton_process.argv += ["--exit-timeout-secs", "2"]
+    with triton_process as triton, ModelsvcProcess(repo) as ours:
         ours.wait_ready(60)
         yield {
             "triton": (triton.base_url, f"127.0.0.1:{triton.grpc_port}"),
