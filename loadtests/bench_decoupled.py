@@ -3,11 +3,13 @@ response.
 
     python -m loadtests.bench_decoupled                          # N = 1, 16, 128 responses; concurrency 1, 8, 32
     python -m loadtests.bench_decoupled --n 64 --concurrency 4 --duration 5 --engine grpcio
+    python -m loadtests.bench_decoupled --n 16 --concurrency 1 8 --pause-us 1000   # 1 ms of "compute" per token
 
 One ``modelsvc serve`` (gRPC engine ``h2``, or ``grpcio``) serves ``tokens``, a decoupled python model
 (``max_batch_size: 8``, ``dynamic_batching {}``, one CPU instance) that answers a request with N responses, each
-an INT32 [1, 1] "token", all sent from ``execute`` as fast as it can: the numbers are the server's cost per
-streamed response, not a model's. Each of C clients holds one stream (grpc.aio, the generated stub, on one
+an INT32 [1, 1] "token", all sent from ``execute`` as fast as it can (``--pause-us``: after sleeping that long
+before each, as a model computing its tokens would): the numbers are the server's cost per streamed response,
+not a model's. Each of C clients holds one stream (grpc.aio, the generated stub, on one
 channel) and sends its next request as soon as the final response of the last one arrived (closed loop), for
 ``--duration`` seconds per point after a short warmup. Time to first response: from the request's write to its
 first response; stream: from the write to the final response. Server CPU: the server process's CPU time over the
@@ -36,12 +38,17 @@ backend: "python"
 max_batch_size: 8
 dynamic_batching {}
 model_transaction_policy { decoupled: true }
-input [ { name: "N" data_type: TYPE_INT32 dims: [ 1 ] } ]
+input [
+  { name: "N" data_type: TYPE_INT32 dims: [ 1 ] },
+  { name: "PAUSE_US" data_type: TYPE_INT32 dims: [ 1 ] }
+]
 output [ { name: "TOKEN" data_type: TYPE_INT32 dims: [ 1 ] } ]
 instance_group [ { kind: KIND_CPU count: 1 } ]
 """
 
-MODEL = """import numpy as np
+MODEL = """import time
+
+import numpy as np
 import triton_python_backend_utils as pb_utils
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
@@ -52,7 +59,10 @@ class TritonPythonModel:
         for request in requests:
             sender = request.get_response_sender()
             n = int(pb_utils.get_input_tensor_by_name(request, "N").as_numpy().reshape(-1)[0])
+            pause = int(pb_utils.get_input_tensor_by_name(request, "PAUSE_US").as_numpy().reshape(-1)[0])
             for i in range(n):
+                if pause:
+                    time.sleep(pause / 1e6)
                 token = pb_utils.Tensor("TOKEN", np.array([[i]], np.int32))
                 sender.send(pb_utils.InferenceResponse([token]), flags=FINAL if i == n - 1 else 0)
         return None
@@ -68,11 +78,11 @@ def write_repo(repo: Path) -> None:
     (repo / "tokens" / "1" / "model.py").write_text(MODEL)
 
 
-def request(n: int) -> service_pb2.ModelInferRequest:
+def request(n: int, pause_us: int = 0) -> service_pb2.ModelInferRequest:
     message = service_pb2.ModelInferRequest(model_name="tokens")
-    tensor = message.inputs.add(name="N", datatype="INT32", shape=[1, 1])
-    del tensor
-    message.raw_input_contents.append(np.array([[n]], np.int32).tobytes())
+    for name, value in (("N", n), ("PAUSE_US", pause_us)):
+        message.inputs.add(name=name, datatype="INT32", shape=[1, 1])
+        message.raw_input_contents.append(np.array([[value]], np.int32).tobytes())
     return message
 
 
@@ -89,10 +99,12 @@ class Point:
     server_cpu_s: float = 0.0
 
 
-async def client(stub: service_pb2_grpc.GRPCInferenceServiceStub, n: int, until: float, point: Point | None) -> None:
+async def client(
+    stub: service_pb2_grpc.GRPCInferenceServiceStub, n: int, until: float, point: Point | None, pause_us: int = 0
+) -> None:
     """One stream: a request, its N responses, the next request, ... until ``until`` (perf_counter)."""
     call = stub.ModelStreamInfer()
-    message = request(n)
+    message = request(n, pause_us)
     try:
         while time.perf_counter() < until:
             sent = time.perf_counter()
@@ -118,15 +130,15 @@ async def client(stub: service_pb2_grpc.GRPCInferenceServiceStub, n: int, until:
         call.cancel()
 
 
-async def measure(url: str, n: int, concurrency: int, duration: float, server_pid: int) -> Point:
+async def measure(url: str, n: int, concurrency: int, duration: float, server_pid: int, pause_us: int = 0) -> Point:
     point = Point(n, concurrency)
     async with grpc.aio.insecure_channel(url) as channel:
         stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
         warm_until = time.perf_counter() + min(1.0, duration / 3)
-        await asyncio.gather(*(client(stub, n, warm_until, None) for _ in range(concurrency)))
+        await asyncio.gather(*(client(stub, n, warm_until, None, pause_us) for _ in range(concurrency)))
         cpu0 = _servers.tree_cpu_seconds(server_pid)
         start = time.perf_counter()
-        await asyncio.gather(*(client(stub, n, start + duration, point) for _ in range(concurrency)))
+        await asyncio.gather(*(client(stub, n, start + duration, point, pause_us) for _ in range(concurrency)))
         point.seconds = time.perf_counter() - start
         point.server_cpu_s = _servers.tree_cpu_seconds(server_pid) - cpu0
     return point
@@ -162,6 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, nargs="+", default=list(CONCURRENCY), help="streams at once")
     parser.add_argument("--duration", type=float, default=3.0, help="seconds measured per point")
     parser.add_argument("--engine", choices=("h2", "grpcio"), default="h2", help="the server's gRPC engine")
+    parser.add_argument(
+        "--pause-us", type=int, default=0, help="the model sleeps this long before each response (a token's compute)"
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-decoupled-") as tmp:
         repo = Path(tmp)
@@ -173,10 +188,13 @@ def main(argv: list[str] | None = None) -> int:
             points = []
             for n in args.n:
                 for concurrency in args.concurrency:
-                    point = asyncio.run(measure(server.grpc_url, n, concurrency, args.duration, server.proc.pid))
+                    point = asyncio.run(
+                        measure(server.grpc_url, n, concurrency, args.duration, server.proc.pid, args.pause_us)
+                    )
                     points.append(point)
                     print(f"N={n} c={concurrency}: {point.responses / point.seconds:,.0f} responses/s", file=sys.stderr)
-    print(f"decoupled python model, gRPC engine {args.engine}, {args.duration:g} s per point")
+    pause = f", the model pauses {args.pause_us} us before each response" if args.pause_us else ""
+    print(f"decoupled python model, gRPC engine {args.engine}, {args.duration:g} s per point{pause}")
     print(table(points))
     return 0
 
