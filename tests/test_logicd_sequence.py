@@ -1,18 +1,22 @@
 """logicd's per-document sequences (``Context.infer_sequence``) on a real modelsvc with a sequence model that
 keeps running totals per sequence: each document's windows arrive in order as one sequence, and its row is the
-state after its last window, also with many documents in flight at once (more than the model's slots)."""
+state after its last window, also with many documents in flight at once (more than the model's slots), and a
+document whose sequence is lost mid-way is sent again from its first window."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import msgspec
 import pytest
 
 from logicd import Context, Service
+from modelsvc.client import AsyncInferSequence, SequenceLost
 from tests._edge_app import WORDS, serve, service_yaml
 from tests._server import ModelsvcProcess
 
@@ -81,3 +85,27 @@ def test_many_documents_in_flight_keep_their_own_state(base: str) -> None:
             assert answer.json()["model"] == answer.json()["expected"]
 
     asyncio.run(main())
+
+
+def test_a_document_whose_sequence_is_lost_is_sent_again_from_its_first_window(
+    base: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The loss of a replica mid-document (``SequenceLost`` on the document's second window, injected once
+    here) makes logicd send the document's windows again as a new sequence: the row is still the whole
+    document's."""
+    real = AsyncInferSequence.infer
+    lost: list[int | str] = []
+
+    async def infer(self: AsyncInferSequence, *args: Any, **kwargs: Any) -> Any:
+        if self.steps == 1 and not lost:
+            lost.append(self.id)
+            raise SequenceLost(f"sequence {self.id!r}: its replica failed mid-sequence (injected)")
+        return await real(self, *args, **kwargs)
+
+    monkeypatch.setattr(AsyncInferSequence, "infer", infer)
+    with caplog.at_level(logging.WARNING, logger="logicd"):
+        answer = httpx.post(f"{base}/v1/totals", json={"texts": [_text(30, 3)]}, timeout=30)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["model"] == answer.json()["expected"]
+    assert lost
+    assert "sending its windows again from the first" in caplog.text
