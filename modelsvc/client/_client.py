@@ -4,6 +4,7 @@ timeouts, retries within a budget, a span per call, and model handles. Only awai
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
@@ -106,6 +107,9 @@ class Client:
     ) -> None:
         self._c = _Common(timeout, retry, budget)
         self._t: Transport = _binding(url, False, binary, max_connections, headers, transport)
+        http = self._t.scheme in ("http", "https")
+        self._sequence_starts = threading.Semaphore(max(1, max_connections // 2)) if http else None
+        """Sequence starts in flight over HTTP, across threads: at most half the connections (see ``_sequence``)."""
 
     def _call(self, op: Callable[[float | None], T], timeout: float | None = None) -> T:
         tries = self._c.attempts(timeout)

@@ -14,11 +14,11 @@ block, or the caller never said which call was the last), the last inputs are se
 ``sequence_end`` and that answer is discarded: the protocol has no request that ends a sequence without inputs.
 If even that fails, the server releases the sequence after its ``max_sequence_idle_microseconds``.
 
-Over HTTP an ``AsyncClient`` lets at most half its connections (``max_connections``) carry sequence starts at
-once. A start waits on the server until a sequence slot frees; were every connection taken by such waiting
-starts, the next request of a sequence that holds a slot could not be sent, and the server would release that
-sequence when its idle time ran out (seen: 64 sequences over 32 connections on a model with 2 slots). gRPC
-multiplexes its calls on one connection and needs no such bound.
+Over HTTP a client (an ``AsyncClient``, or a ``Client`` shared by threads) lets at most half its connections
+(``max_connections``) carry sequence starts at once. A start waits on the server until a sequence slot frees;
+were every connection taken by such waiting starts, the next request of a sequence that holds a slot could not
+be sent, and the server would release that sequence when its idle time ran out (seen: 64 sequences over 32
+connections on a model with 2 slots). gRPC multiplexes its calls on one connection and needs no such bound.
 
 Over several replicas (``AsyncClient([...])``) every request of a sequence goes to the replica that took its
 first one; a replica lost mid-sequence raises ``SequenceLost`` (the model's state for the sequence is gone with
@@ -104,6 +104,9 @@ def sequence_key(parameters: Mapping[str, Any] | None) -> int | str | None:
 
 
 class _SyncInfer(Protocol):
+    _sequence_starts: threading.Semaphore | None
+    """Bounds the sequence starts in flight across threads (HTTP: half the connections), or None."""
+
     def _infer(
         self,
         model: str,
@@ -204,8 +207,15 @@ class InferSequence(_State):
     ) -> InferResult:
         """The next request of the sequence (the first carries sequence_start; ``end=True`` makes it the last)."""
         tensors, params = self._request(inputs, named, end, parameters)
+        gate = None if self.started else self._client._sequence_starts
         try:
-            result = self._client._infer(self.model, self.version, tensors, outputs, request_id, params, timeout)
+            if gate is None:
+                result = self._client._infer(self.model, self.version, tensors, outputs, request_id, params, timeout)
+            else:
+                with gate:
+                    result = self._client._infer(
+                        self.model, self.version, tensors, outputs, request_id, params, timeout
+                    )
         except BaseException:
             self._sent(tensors, params, ok=False)
             raise
