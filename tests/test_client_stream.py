@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from loadtests._servers import free_port
-from modelsvc.client import AsyncClient, InvalidInput, RetryPolicy, StreamError, StreamingUnsupported
+from modelsvc.client import AsyncClient, InvalidInput, RetryPolicy, StreamError, StreamingUnsupported, Timeout
 from modelsvc.client import _stream as stream_module
 from tests._server import ModelsvcProcess
 
@@ -159,5 +159,21 @@ def test_over_replicas_a_stream_that_cannot_connect_opens_again_on_another(grpc_
             states = {s.url: s for s in client.replicas()}
             assert states[dead].ejected
             assert [s.outstanding for s in states.values()] == [0, 0]
+
+    asyncio.run(main())
+
+
+def test_the_timeout_bounds_the_whole_stream(decoupled: str) -> None:
+    async def main() -> None:
+        async with AsyncClient(decoupled) as client:
+            seen: list[int] = []
+
+            async def read() -> None:
+                async for r in client.stream_infer("countdown", _n(100, delay_ms=20), timeout=0.3):
+                    seen.append(int(r["OUT"][0]))
+
+            with pytest.raises(Timeout):
+                await read()
+            assert 3 <= len(seen) < 100
 
     asyncio.run(main())
