@@ -267,3 +267,27 @@ def test_bls_requests_to_a_decoupled_model_iterate_its_responses(server: Modelsv
         ([-1], []),  # the final flag without a response: an empty last response
         ([0, 1], []),
     ]
+
+
+RETURNED = (
+    "Failed to process the request(s) for model 'repeat_0_0', message: Python model 'repeat_0_0' is using the "
+    "decoupled mode and the execute function must return None."
+)
+
+
+def test_a_model_that_breaks_the_contract_ends_its_streams_with_an_error(server: ModelsvcProcess) -> None:
+    """execute() returning responses: Triton's error. A sender dropped without its final flag (Triton's client
+    would wait forever): an error names the model, so that the stream ends."""
+    stream = Stream(grpc_url(server))
+    try:
+        stream.client.async_stream_infer("repeat", inputs(-2), request_id="returns")
+        ((_, returned),) = stream.take(1)
+        stream.client.async_stream_infer("repeat", inputs(-1), request_id="drops")
+        ((_, dropped),) = stream.take(1)
+        stream.client.async_stream_infer("repeat", inputs(1), request_id="after")
+        ((after, _),) = stream.take(1)
+    finally:
+        stream.close()
+    assert returned.message() == RETURNED
+    assert dropped.message() == "model 'repeat' ended the request without sending the final flag"
+    assert after.get_response().id == "after"

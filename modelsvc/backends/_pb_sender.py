@@ -101,17 +101,19 @@ def run_decoupled(
     execute: Callable[[list[Any]], Any],
     requests: list[Any],
     senders: Sequence[InferenceResponseSender],
-    label: str,
+    instance: str,
     run_async: Callable[[Any], concurrent.futures.Future[Any]],
     execute_is_async: bool,
 ) -> None:
-    """Call a decoupled model's ``execute`` on the batch's requests.
+    """Call a decoupled model's ``execute`` on the batch's requests (``instance``: the instance's name, which
+    Triton's messages name).
 
     A plain ``execute`` runs to its end here (the instance is busy until it returns); a coroutine (``async def
     execute``) is started on the instance's event loop and left running, as in Triton, so that the instance
     takes its next batch while it waits. Either way, ``execute`` raising, or returning something other than
-    None, closes every stream it left open with that error.
+    None, closes every stream it left open with that error, in Triton's words.
     """
+    label = instance
     try:
         result = execute(requests)
         if asyncio.iscoroutine(result) or execute_is_async:
@@ -126,7 +128,7 @@ def run_decoupled(
 
 def _settle(done: concurrent.futures.Future[Any], senders: Sequence[InferenceResponseSender], label: str) -> None:
     if done.cancelled():
-        _fail_all(senders, InternalError(f"model '{label}': execute() was cancelled (the model is unloading)"))
+        _fail_all(senders, InternalError(_failed_to_process(label, "execute() was cancelled (the model is unloading)")))
         return
     exc = done.exception()
     if exc is not None:
@@ -137,17 +139,21 @@ def _settle(done: concurrent.futures.Future[Any], senders: Sequence[InferenceRes
 
 def _check_returned(result: Any, senders: Sequence[InferenceResponseSender], label: str) -> None:
     if result is not None:
-        message = f"Python model '{label}' is using the decoupled mode and the execute function must return None."
-        logger.error("%s", message)
-        _fail_all(senders, InternalError(message))
+        what = f"Python model '{label}' is using the decoupled mode and the execute function must return None."
+        logger.error("%s", what)
+        _fail_all(senders, InternalError(_failed_to_process(label, what)))
+
+
+def _failed_to_process(instance: str, what: str) -> str:
+    return f"Failed to process the request(s) for model '{instance}', message: {what}"
 
 
 def _execute_error(exc: BaseException, label: str) -> ModelsvcError:
     if isinstance(exc, TritonModelException):
-        logger.error("model '%s': execute() raised: %s", label, exc.message())
-        return InternalError(f"model '{label}' failed to execute the request: {exc.message()}")
-    logger.error("model '%s': execute() raised", label, exc_info=exc)
-    return InternalError(f"model '{label}' failed to execute the request; see the server log")
+        logger.error("model instance '%s': execute() raised: %s", label, exc.message())
+        return InternalError(_failed_to_process(label, exc.message()))
+    logger.error("model instance '%s': execute() raised", label, exc_info=exc)
+    return InternalError(_failed_to_process(label, f"{type(exc).__name__} (see the server log)"))
 
 
 def _fail_all(senders: Sequence[InferenceResponseSender], error: ModelsvcError) -> None:

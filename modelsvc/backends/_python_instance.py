@@ -271,7 +271,7 @@ class PythonInstance:
                 self._model.execute,
                 requests,
                 senders,
-                self._label,
+                self.name,
                 lambda coroutine: self._loop_thread().start(coroutine),
                 self._execute_is_async,
             )

@@ -19,7 +19,7 @@ from tritonclient.utils import InferenceServerException
 
 from loadtests import _servers
 from tests._server import ModelsvcProcess
-from tests.test_decoupled import REPOSITORY, Stream, bls_answers, inputs
+from tests.test_decoupled import REPOSITORY, RETURNED, Stream, bls_answers, inputs
 
 from ._triton import INSTALL
 
@@ -133,3 +133,15 @@ def test_bls_to_a_decoupled_model_alike(servers: dict[str, tuple[str, str]]) -> 
     assert [values for values, _ in answers["modelsvc"]] == [values for values, _ in answers["triton"]]
     assert [errors for _, errors in answers["triton"]] == [[], [], [], []]
     assert [errors for _, errors in answers["modelsvc"]] == [[b"error at response 1"]] * 2 + [[], []]
+
+
+def test_execute_returning_responses_fails_alike(servers: dict[str, tuple[str, str]]) -> None:
+    for name, (_, grpc_url) in servers.items():
+        stream = Stream(grpc_url)
+        try:
+            stream.client.async_stream_infer("repeat", inputs(-2), request_id="returns")
+            ((result, error),) = stream.take(1)
+        finally:
+            stream.close()
+        assert result is None, name
+        assert error.message() == RETURNED, name

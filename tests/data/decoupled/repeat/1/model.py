@@ -1,6 +1,7 @@
 """N responses per request, as a decoupled model sends them (Triton's python backend API).
 
-Inputs: N (how many responses), DELAY_MS (optional: the pause before each response; with a pause the responses
+Inputs: N (how many responses; -1: none and no final flag, the sender dropped; -2: execute returns a list of
+responses, which a decoupled model must not), DELAY_MS (optional: the pause before each response; with a pause the responses
 go from a thread of the model's, after execute returned), ERROR_AT (optional: the response of that index is an
 error). Outputs: OUT (the response's index) and BATCH (how many requests the execute call that got it had).
 Request parameters: "record", a file the model appends to: "cancelled" when it sees is_cancelled(), and, with
@@ -25,7 +26,12 @@ class TritonPythonModel:
         self.threads = []
 
     def execute(self, requests):
+        if _scalar(requests[0], "N", 0) == -2:
+            return [pb_utils.InferenceResponse([]) for _ in requests]  # what a decoupled model must not do
         for request in requests:
+            if _scalar(request, "N", 0) == -1:
+                request.get_response_sender()  # dropped without its final flag
+                continue
             job = (
                 request.get_response_sender(),
                 _scalar(request, "N", 0),
