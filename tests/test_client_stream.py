@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from loadtests._servers import free_port
-from modelsvc.client import AsyncClient, InvalidInput, RetryPolicy, StreamError, StreamingUnsupported, Timeout
+from modelsvc.client import AsyncClient, Client, InvalidInput, RetryPolicy, StreamError, StreamingUnsupported, Timeout
 from modelsvc.client import _stream as stream_module
 from tests._server import ModelsvcProcess
 
@@ -177,3 +177,22 @@ def test_the_timeout_bounds_the_whole_stream(decoupled: str) -> None:
             assert 3 <= len(seen) < 100
 
     asyncio.run(main())
+
+
+def test_the_sync_client_streams_too(server: ModelsvcProcess, decoupled: str) -> None:
+    with Client(server.base) as http, pytest.raises(StreamingUnsupported):
+        http.stream_infer("countdown", _n(1))
+    with Client(decoupled) as client:
+        assert [int(r["OUT"][0]) for r in client.stream_infer("countdown", _n(6))] == list(range(6))
+
+        def cancelled() -> int:
+            (answer,) = list(client.stream_infer("countdown", _n(-1)))
+            return int(answer["OUT"][0])
+
+        before = cancelled()
+        with client.stream_infer("countdown", _n(1000, delay_ms=20)) as responses:
+            assert int(next(responses)["OUT"][0]) == 0
+        end = time.monotonic() + 10
+        while cancelled() == before:
+            assert time.monotonic() < end, "the model never saw is_cancelled()"
+            time.sleep(0.05)

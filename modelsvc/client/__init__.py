@@ -26,7 +26,7 @@ from ._model import AsyncModel, Model
 from ._replicas import ReplicaState
 from ._retry import NO_RETRY, RetryBudget, RetryPolicy
 from ._sequence import AsyncInferSequence, InferSequence, SequenceLost
-from ._stream import ResponseStream, StreamError, StreamingUnsupported
+from ._stream import ResponseStream, StreamError, StreamingUnsupported, SyncResponseStream
 
 __all__ = [
     "NO_RETRY",
@@ -55,6 +55,7 @@ __all__ = [
     "ServerUnavailable",
     "StreamError",
     "StreamingUnsupported",
+    "SyncResponseStream",
     "TensorSpec",
     "Timeout",
     "current_deadline",

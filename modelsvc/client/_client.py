@@ -20,7 +20,14 @@ from ._model import AsyncModel, Model
 from ._replicas import AsyncReplicaTransport, ReplicaState, Resolver
 from ._retry import RetryBudget, RetryPolicy
 from ._sequence import AsyncInferSequence, InferSequence
-from ._stream import ResponseStream, StreamingTransport, StreamingUnsupported, _start_span
+from ._stream import (
+    ResponseStream,
+    StreamingTransport,
+    StreamingUnsupported,
+    SyncResponseStream,
+    SyncStreamingTransport,
+    _start_span,
+)
 from ._tracing import client_span
 from ._transport import AsyncTransport, Transport
 
@@ -200,6 +207,35 @@ class Client:
         seq: seq.infer(...)``; the first carries sequence_start, ``end=True`` or leaving the block ends it.
         ``sequence_id`` (int, or str for a TYPE_STRING CORRID) is generated when not given."""
         return InferSequence(self, model, sequence_id, version)
+
+    def stream_infer(
+        self,
+        model: str,
+        inputs: Mapping[str, Any],
+        *,
+        version: str | None = None,
+        outputs: Sequence[str] | None = None,
+        request_id: str | None = None,
+        parameters: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> SyncResponseStream:
+        """Every response of a (decoupled) model to one request, as it is sent: ``for result in
+        client.stream_infer("m", inputs)``; as ``AsyncClient.stream_infer`` (gRPC only)."""
+        binding = self._t
+        if not isinstance(binding, SyncStreamingTransport):
+            raise StreamingUnsupported(
+                f"streamed responses need gRPC's ModelStreamInfer: use a grpc:// URL ({binding.scheme} has none)"
+            )
+        tensors = [to_tensor(name, value) for name, value in inputs.items()]
+
+        def open_call(headers: dict[str, str], left: float | None) -> Any:
+            return binding.open_stream(model, version, tensors, outputs, request_id, parameters, headers, left)
+
+        return SyncResponseStream(
+            open_call,
+            lambda: self._c.attempts(timeout),
+            lambda: _start_span(model, version, binding.scheme, binding.server),
+        )
 
     def close(self) -> None:
         self._t.close()

@@ -28,7 +28,7 @@ from ..protocol._pbjson import message_to_json
 from ..protocol._pbparams import CONTENTS_FIELDS, parameters_from_proto, set_proto_parameter
 from ._core import InferResult
 from ._errors import ClientError, ConnectError, ConnectionLost, InvalidInput, ProtocolError, error_from_grpc
-from ._stream import GrpcStreamCall, stream_parameters
+from ._stream import GrpcStreamCall, SyncGrpcStreamCall, stream_parameters
 
 DEFAULT_MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 
@@ -257,6 +257,27 @@ class GrpcTransport(_GrpcBase):
         request = build_request(model, version, tensors, outputs, request_id, parameters)
         response = self._unary("ModelInfer", request, timeout, headers)
         return parse_response(response), request.ByteSize(), response.ByteSize()
+
+    def open_stream(
+        self,
+        model: str,
+        version: str | None,
+        tensors: Sequence[Tensor],
+        outputs: Sequence[str] | None,
+        request_id: str | None,
+        parameters: Mapping[str, Any] | None,
+        headers: dict[str, str],
+        timeout: float | None,
+    ) -> SyncGrpcStreamCall:
+        """One ``ModelStreamInfer`` call for one request (see ``_stream``); opened on its first ``next()``."""
+        request = build_request(model, version, tensors, outputs, request_id, stream_parameters(parameters))
+        metadata = self.metadata(headers)
+        return SyncGrpcStreamCall(
+            lambda requests: self._stub.ModelStreamInfer(requests, timeout=timeout, metadata=metadata),
+            request,
+            parse_response,
+            grpc_error,
+        )
 
     def close(self) -> None:
         self._channel.close()

@@ -18,13 +18,16 @@ ends the loop without being yielded). A non-decoupled model answers once, marked
 - Tracing: one CLIENT span ``infer {model}`` (``rpc.method`` ModelStreamInfer) from opening to the end of the
   stream, with the number of responses as ``modelsvc.responses``.
 
-HTTP has no ModelStreamInfer: ``stream_infer`` on an ``http://`` client raises ``StreamingUnsupported``.
+``Client.stream_infer`` is the same as an iterator (``for result in ...``), over grpcio's sync API. HTTP has no
+ModelStreamInfer: ``stream_infer`` on an ``http://`` client raises ``StreamingUnsupported``.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Protocol, Self, runtime_checkable
 
@@ -46,6 +49,9 @@ __all__ = [
     "StreamError",
     "StreamingTransport",
     "StreamingUnsupported",
+    "SyncResponseStream",
+    "SyncStreamCall",
+    "SyncStreamingTransport",
 ]
 
 FINAL_RESPONSE = "triton_final_response"
@@ -73,6 +79,14 @@ class StreamCall(Protocol):
         ...
 
 
+class SyncStreamCall(Protocol):
+    """``StreamCall`` for the sync client."""
+
+    def next(self) -> InferResult | None: ...
+    def cancel(self) -> None: ...
+    def close(self) -> None: ...
+
+
 @runtime_checkable
 class StreamingTransport(Protocol):
     """An ``AsyncTransport`` that streams (the gRPC binding, and replicas of it)."""
@@ -88,6 +102,23 @@ class StreamingTransport(Protocol):
         headers: dict[str, str],
         timeout: float | None,
     ) -> StreamCall: ...
+
+
+@runtime_checkable
+class SyncStreamingTransport(Protocol):
+    """A ``Transport`` that streams (the sync gRPC binding)."""
+
+    def open_stream(
+        self,
+        model: str,
+        version: str | None,
+        tensors: Sequence[Tensor],
+        outputs: Sequence[str] | None,
+        request_id: str | None,
+        parameters: Mapping[str, Any] | None,
+        headers: dict[str, str],
+        timeout: float | None,
+    ) -> SyncStreamCall: ...
 
 
 def stream_parameters(parameters: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -155,6 +186,53 @@ class GrpcStreamCall:
             self._call.cancel()
 
 
+class SyncGrpcStreamCall:
+    """A ``ModelStreamInfer`` call carrying one request over grpcio's sync API (``SyncStreamCall``): the request
+    side stays open until the final response, then closes."""
+
+    def __init__(
+        self,
+        open_call: Callable[[Iterator[Any]], Any],
+        request: Any,
+        parse: Callable[[Any], InferResult],
+        error: Callable[[grpc.RpcError], ClientError],
+    ) -> None:
+        self._open = open_call
+        self._request = request
+        self._parse = parse
+        self._error = error
+        self._call: Any = None
+        self._final = False
+        self._finished = threading.Event()
+
+    def _requests(self) -> Iterator[Any]:
+        yield self._request
+        self._finished.wait()
+
+    def next(self) -> InferResult | None:
+        while not self._final:
+            try:
+                if self._call is None:
+                    self._call = self._open(self._requests())
+                message = next(self._call)
+            except StopIteration:
+                raise ConnectionLost("the stream ended before its final response") from None
+            except grpc.RpcError as exc:
+                raise self._error(exc) from exc
+            result, self._final = read_stream_response(message, self._parse)
+            if result is not None:
+                return result
+        return None
+
+    def close(self) -> None:
+        self._finished.set()
+
+    def cancel(self) -> None:
+        self._finished.set()
+        if self._call is not None:
+            self._call.cancel()
+
+
 def _start_span(model: str, version: str | None, transport: str, server: str) -> Span | None:
     span = _TRACER.start_span(f"infer {model}", kind=SpanKind.CLIENT)
     if not span.get_span_context().is_valid:
@@ -173,24 +251,19 @@ def _start_span(model: str, version: str | None, transport: str, server: str) ->
     return span
 
 
-class ResponseStream:
-    """What ``AsyncClient.stream_infer`` returns: an async iterator of ``InferResult`` (also ``async with``).
-
-    Nothing is sent before the first ``__anext__``; leaving early cancels the call (``aclose``; also when the
-    object is dropped mid-stream)."""
+class _Stream:
+    """What both response streams share: opening the call under the retry policy, the span, and the end."""
 
     def __init__(
         self,
-        open_call: Callable[[dict[str, str], float | None], StreamCall],
+        open_call: Callable[[dict[str, str], float | None], Any],
         attempts: Callable[[], Attempts],
         span: Callable[[], Span | None],
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self._open = open_call
         self._attempts = attempts
         self._make_span = span
-        self._sleep = sleep
-        self._call: StreamCall | None = None
+        self._call: Any = None
         self._tries: Attempts | None = None
         self._span: Span | None = None
         self._headers: dict[str, str] = {}
@@ -198,7 +271,7 @@ class ResponseStream:
         """Responses yielded so far."""
         self._done = False
 
-    def _start(self) -> StreamCall:
+    def _start(self) -> Any:
         if self._tries is None:
             self._tries = self._attempts()
             self._span = self._make_span()
@@ -207,34 +280,15 @@ class ResponseStream:
         self._call = self._open(self._headers, self._tries.remaining())
         return self._call
 
-    def __aiter__(self) -> Self:
-        return self
-
-    async def __anext__(self) -> InferResult:
-        if self._done:
-            raise StopAsyncIteration
-        try:
-            while True:
-                call = self._call or self._start()
-                try:
-                    result = await call.next()
-                    break
-                except ClientError as error:
-                    assert self._tries is not None
-                    if self.responses:
-                        raise
-                    self._call = None
-                    call.cancel()
-                    await self._sleep(self._tries.after_failure(error))
-        except BaseException as exc:
-            self._finish(exc)
-            raise
-        if result is None:
-            await call.close()
-            self._finish(None)
-            raise StopAsyncIteration
-        self.responses += 1
-        return result
+    def _retry_delay(self, call: Any, error: ClientError) -> float:
+        """After ``call`` failed before its first response: the pause before opening it again (raises
+        ``error`` when the retry policy says no; nothing is retried once a response arrived)."""
+        assert self._tries is not None
+        if self.responses:
+            raise error
+        self._call = None
+        call.cancel()
+        return self._tries.after_failure(error)
 
     def _finish(self, exc: BaseException | None) -> None:
         """End the stream (cancelling a call still open) and its span, once."""
@@ -264,6 +318,41 @@ class ResponseStream:
         if not self._done:
             self._finish(asyncio.CancelledError("the caller stopped reading the stream"))
 
+    def __del__(self) -> None:
+        if not self._done and self._call is not None:
+            self._finish(asyncio.CancelledError("the stream was dropped before its end"))
+
+
+class ResponseStream(_Stream):
+    """What ``AsyncClient.stream_infer`` returns: an async iterator of ``InferResult`` (also ``async with``).
+
+    Nothing is sent before the first ``__anext__``; leaving early cancels the call (``aclose``, ``cancel``; also
+    when the object is dropped mid-stream)."""
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> InferResult:
+        if self._done:
+            raise StopAsyncIteration
+        try:
+            while True:
+                call: StreamCall = self._call or self._start()
+                try:
+                    result = await call.next()
+                    break
+                except ClientError as error:
+                    await asyncio.sleep(self._retry_delay(call, error))
+        except BaseException as exc:
+            self._finish(exc)
+            raise
+        if result is None:
+            await call.close()
+            self._finish(None)
+            raise StopAsyncIteration
+        self.responses += 1
+        return result
+
     async def aclose(self) -> None:
         """``cancel()``, awaitable (for ``contextlib.aclosing``)."""
         self.cancel()
@@ -274,8 +363,44 @@ class ResponseStream:
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        await self.aclose()
+        self.cancel()
 
-    def __del__(self) -> None:
-        if not self._done and self._call is not None:
-            self._finish(asyncio.CancelledError("the stream was dropped before its end"))
+
+class SyncResponseStream(_Stream):
+    """What ``Client.stream_infer`` returns: an iterator of ``InferResult`` (also ``with``); the same rules."""
+
+    def __iter__(self) -> Self:
+        return self
+
+    def __next__(self) -> InferResult:
+        if self._done:
+            raise StopIteration
+        try:
+            while True:
+                call: SyncStreamCall = self._call or self._start()
+                try:
+                    result = call.next()
+                    break
+                except ClientError as error:
+                    time.sleep(self._retry_delay(call, error))
+        except BaseException as exc:
+            self._finish(exc)
+            raise
+        if result is None:
+            call.close()
+            self._finish(None)
+            raise StopIteration
+        self.responses += 1
+        return result
+
+    def close(self) -> None:
+        """``cancel()``, under the name ``contextlib.closing`` calls."""
+        self.cancel()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.cancel()
