@@ -291,3 +291,27 @@ def test_a_model_that_breaks_the_contract_ends_its_streams_with_an_error(server:
     assert returned.message() == RETURNED
     assert dropped.message() == "model 'repeat' ended the request without sending the final flag"
     assert after.get_response().id == "after"
+
+
+def test_a_stream_mixes_decoupled_and_ordinary_models(server: ModelsvcProcess) -> None:
+    """bls_repeat is not decoupled: its one answer, final, does not wait for a slow decoupled request before it."""
+    tensors = []
+    for name, value in (("N", 2), ("ERROR_AT", -1), ("ASYNC", 0)):
+        tensor = grpcclient.InferInput(name, [1], "INT32")
+        tensor.set_data_from_numpy(np.array([value], np.int32))
+        tensors.append(tensor)
+    stream = Stream(grpc_url(server))
+    try:
+        stream.client.async_stream_infer("repeat", inputs(4, 30), request_id="slow")
+        stream.client.async_stream_infer("bls_repeat", tensors, request_id="ordinary")
+        answers = stream.take(5)
+    finally:
+        stream.close()
+    order = [result.get_response().id for result, _ in answers]
+    assert order[-1] == "slow", order  # the ordinary answer came before the slow request's last response
+    ordinary = answers[order.index("ordinary")][0]
+    assert ordinary.as_numpy("OUT").tolist() == [0, 1]
+    assert ordinary.get_response().parameters["triton_final_response"].bool_param
+    assert by_request([a for a in answers if a[0].get_response().id == "slow"])["slow"] == [
+        ([i], i == 3) for i in range(4)
+    ]
