@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,19 @@ def test_generated_ids_are_distinct_nonzero_and_fit_31_bits() -> None:
     ids = [new_sequence_id() for _ in range(1000)]
     assert len(set(ids)) == 1000
     assert all(0 < i < 2**31 for i in ids)
+
+
+def test_a_forked_process_generates_other_ids() -> None:
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next id, to the parent
+        os.write(write, str(new_sequence_id()).encode())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    child = int(os.read(read, 64))
+    os.close(read)
+    os.close(write)
+    assert abs(child - new_sequence_id()) > 1000  # not the parent's next ones (random starts; 1 in 10^6 close)
 
 
 @pytest.mark.parametrize("bad", [0, "", True, 2**64, 1.5])

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
 import random
 import threading
 from collections.abc import Mapping, Sequence
@@ -64,14 +65,23 @@ _ids = itertools.count(random.randrange(1, _ID_SPACE))
 _ids_lock = threading.Lock()
 
 
+def _reseed() -> None:
+    """A forked worker starts its ids elsewhere too (it would repeat its parent's otherwise)."""
+    global _ids
+    _ids = itertools.count(random.SystemRandom().randrange(1, _ID_SPACE))
+
+
+os.register_at_fork(after_in_child=_reseed)
+
+
 class SequenceLost(ConnectionLost):
     """The replica that holds a sequence's state is gone (or failed mid-sequence): start the sequence again."""
 
 
 def new_sequence_id() -> int:
     """A correlation id for a new sequence: consecutive from a random start, so this process never reuses one
-    while fewer than 2**31 - 1 sequences were made, and other processes start elsewhere. Never 0 (Triton's
-    "no sequence")."""
+    while fewer than 2**31 - 1 sequences were made, and other processes (forked ones too) start elsewhere.
+    Never 0 (Triton's "no sequence")."""
     with _ids_lock:
         return next(_ids) % _ID_SPACE + 1
 
