@@ -67,8 +67,9 @@ _ids_lock = threading.Lock()
 
 def _reseed() -> None:
     """A forked worker starts its ids elsewhere too (it would repeat its parent's otherwise)."""
-    global _ids
+    global _ids, _ids_lock
     _ids = itertools.count(random.SystemRandom().randrange(1, _ID_SPACE))
+    _ids_lock = threading.Lock()  # a thread of the parent may have held it at the fork
 
 
 os.register_at_fork(after_in_child=_reseed)
