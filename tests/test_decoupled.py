@@ -9,6 +9,7 @@ on the grpcio engine.
 from __future__ import annotations
 
 import queue
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -315,3 +316,22 @@ def test_a_stream_mixes_decoupled_and_ordinary_models(server: ModelsvcProcess) -
     assert by_request([a for a in answers if a[0].get_response().id == "slow"])["slow"] == [
         ([i], i == 3) for i in range(4)
     ]
+
+
+def test_the_response_sender_checks_its_arguments_as_tritons_does() -> None:
+    from modelsvc.backends import python_utils as pb_utils
+
+    sent: list[Any] = []
+    sender = pb_utils.InferenceResponseSender(None, sent.append, "m")
+    with pytest.raises(
+        pb_utils.TritonModelException, match=re.escape("Unable to send response. Unsupported flag provided.")
+    ):
+        sender.send(pb_utils.InferenceResponse([]), flags=4)
+    with pytest.raises(pb_utils.TritonModelException, match="Inference Response object must be provided"):
+        sender.send()
+    sender.send(pb_utils.InferenceResponse([]))
+    sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+    with pytest.raises(pb_utils.TritonModelException, match=re.escape(CLOSED)):
+        sender.send(pb_utils.InferenceResponse([]))
+    assert len(sent) == 1  # the one response was checked; the final flag alone has nothing to check
+    assert not sender.is_cancelled()
