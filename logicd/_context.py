@@ -11,7 +11,7 @@ import numpy as np
 from litestar.response import ServerSentEvent
 from opentelemetry.trace import Tracer
 
-from modelsvc.client import AsyncClient, AsyncModel, InferResult, ServerUnavailable
+from modelsvc.client import AsyncClient, AsyncModel, InferResult, ServerUnavailable, StreamingUnsupported
 
 from ._config import ServiceConfig
 from ._infer import Padding, infer_chunks
@@ -165,15 +165,20 @@ class Context:
         handle = self.model(model)
         if self._runtime.client is None:
             raise ServerUnavailable("the model service client is not started")
-        return await stream_events(
-            self._runtime.client,
-            handle.name,
-            inputs,
-            version=handle.version,
-            outputs=outputs,
-            parameters=parameters,
-            render=render,
-        )
+        try:
+            return await stream_events(
+                self._runtime.client,
+                handle.name,
+                inputs,
+                version=handle.version,
+                outputs=outputs,
+                parameters=parameters,
+                render=render,
+            )
+        except StreamingUnsupported as exc:  # the service's configuration, not the model service: a 500, logged
+            raise RuntimeError(
+                f"route {self.route}: streaming from model {model!r} needs model_service.url: grpc://... ({exc})"
+            ) from exc
 
     @contextlib.asynccontextmanager
     async def stage(self, name: str) -> AsyncIterator[None]:

@@ -17,8 +17,9 @@ import msgspec
 import numpy as np
 import pytest
 from litestar.response import ServerSentEvent
+from litestar.testing import TestClient
 
-from logicd import Context, Service
+from logicd import Context, Service, create_app, load_config
 from modelsvc.client import AsyncClient
 from tests._edge_app import serve, service_yaml
 from tests._server import ModelsvcProcess
@@ -48,15 +49,15 @@ async def count(request: Count, ctx: Context) -> ServerSentEvent:
 
 
 @pytest.fixture(scope="module")
-def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    """(logicd's base URL, the model service's gRPC URL)."""
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, str]]:
+    """(logicd's base URL, the model service's gRPC URL, its HTTP URL)."""
     with ModelsvcProcess(REPO) as models:
         if httpx.get(f"{models.base}/v2/models/countdown/ready", timeout=5).status_code != 200:
             pytest.skip("this modelsvc does not load decoupled models")
         grpc_url = f"grpc://127.0.0.1:{models.grpc_port}"
         config = service_yaml(tmp_path_factory.mktemp("stream"), grpc_url, ["countdown"])
         with serve(service, config) as url:
-            yield url, grpc_url
+            yield url, grpc_url, models.base
 
 
 def _events(text: str) -> list[dict[str, Any]]:
@@ -73,7 +74,7 @@ def _events(text: str) -> list[dict[str, Any]]:
     return events
 
 
-def test_every_response_is_one_event_in_order(servers: tuple[str, str]) -> None:
+def test_every_response_is_one_event_in_order(servers: tuple[str, str, str]) -> None:
     answer = httpx.post(f"{servers[0]}/v1/count", json={"n": 5}, timeout=30)
     assert answer.status_code == 200
     assert answer.headers["content-type"].startswith("text/event-stream")
@@ -85,7 +86,7 @@ def test_every_response_is_one_event_in_order(servers: tuple[str, str]) -> None:
     assert "/v1/count" in schema.json()["paths"]
 
 
-def test_an_error_mid_stream_is_a_last_error_event(servers: tuple[str, str]) -> None:
+def test_an_error_mid_stream_is_a_last_error_event(servers: tuple[str, str, str]) -> None:
     events = _events(httpx.post(f"{servers[0]}/v1/count", json={"n": 9, "fail_at": 2}, timeout=30).text)
     assert [e["data"] for e in events[:2]] == [{"i": 0}, {"i": 1}]
     (error,) = events[2:]
@@ -94,14 +95,14 @@ def test_an_error_mid_stream_is_a_last_error_event(servers: tuple[str, str]) -> 
     assert "failed at response 2" in error["data"]["detail"]
 
 
-def test_an_error_before_the_first_response_is_problem_json(servers: tuple[str, str]) -> None:
+def test_an_error_before_the_first_response_is_problem_json(servers: tuple[str, str, str]) -> None:
     answer = httpx.post(f"{servers[0]}/v1/count", json={"n": 3, "fail_at": 0}, timeout=30)
     assert answer.status_code == 502
     assert answer.headers["content-type"] == "application/problem+json"
 
 
-def test_a_caller_that_disconnects_cancels_the_models_stream(servers: tuple[str, str]) -> None:
-    base, grpc_url = servers
+def test_a_caller_that_disconnects_cancels_the_models_stream(servers: tuple[str, str, str]) -> None:
+    base, grpc_url, _ = servers
 
     async def cancelled(client: AsyncClient) -> int:
         (answer,) = [r async for r in client.stream_infer("countdown", {"N": np.array([-1], np.int32)})]
@@ -125,6 +126,16 @@ def test_a_caller_that_disconnects_cancels_the_models_stream(servers: tuple[str,
                 await asyncio.sleep(0.05)
 
     asyncio.run(main())
+
+
+def test_streaming_over_an_http_model_service_is_a_logged_500(
+    servers: tuple[str, str, str], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = service_yaml(tmp_path, servers[2], ["countdown"])
+    with TestClient(create_app(service, load_config(config))) as client:
+        answer = client.post("/v1/count", json={"n": 2})
+    assert answer.status_code == 500
+    assert "needs model_service.url: grpc://" in caplog.text
 
 
 def test_the_readme_example_defines_its_routes() -> None:
