@@ -257,21 +257,19 @@ def test_cli_choices_are_the_export_modules() -> None:
     assert _cli.KINDS == export_module.KINDS
 
 
-def test_cli_export_in_a_subprocess(tmp_path: Path, tiny: Path) -> None:
+def test_cli_export_with_cls_pooling_and_no_batching(
+    tmp_path: Path, tiny: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The command line in this process (a fresh interpreter and torch import cost seconds; the README's GPU block,
+    run by tests/test_readme.py, runs ``modelsvc export`` as its own process)."""
     args = ["--model-repository", str(tmp_path), "--model-name", "cls", "--pooling", "cls", "--normalize"]
-    done = subprocess.run(
-        [sys.executable, "-m", "modelsvc", "export", str(tiny), *args, "--max-batch-size", "0"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    assert "sentence_embedding  TYPE_FP32   [-1 (batch), 32]" in done.stdout
-    assert "max abs diff" in done.stdout
-    assert f"wrote {tmp_path / 'cls' / 'config.pbtxt'}" in done.stdout
-    assert "no dynamic_batching written" in done.stderr
-    assert "Traceback" not in done.stderr
+    assert _cli.main(["export", str(tiny), *args, "--max-batch-size", "0"]) == 0
+    done = capsys.readouterr()
+    assert "sentence_embedding  TYPE_FP32   [-1 (batch), 32]" in done.out
+    assert "max abs diff" in done.out
+    assert f"wrote {tmp_path / 'cls' / 'config.pbtxt'}" in done.out
+    assert "no dynamic_batching written" in done.err
+    assert "Traceback" not in done.err
     config = _config(tmp_path / "cls" / "config.pbtxt")
     assert config.max_batch_size == 0
     assert not config.HasField("dynamic_batching")
