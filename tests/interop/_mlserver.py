@@ -1,5 +1,6 @@
 """A real MLServer for interop tests (loadtests/_mlserver.py starts it) serving the echo model, from
-``.venv-mlserver/``, which ``ensure_env()`` creates at the repository root once (``python -m venv`` and pip).
+``.venv-mlserver/``, which ``ensure_env()`` creates at the repository root once (``python -m venv`` and uv, see
+tests/_venvs.py).
 """
 
 from __future__ import annotations

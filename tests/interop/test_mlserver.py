@@ -25,7 +25,7 @@ from modelsvc.client._core import error_from_body
 
 from ._mlserver import MLServerProcess, ensure_env
 
-# the first run creates MLServer's environment (~20 s with a local index): more than the default 120 s allows
+# the first run creates MLServer's environment (about 10 s with uv, a minute with pip): the default 120 s may not do
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 WORDS = ["a", "naïve", "", "tab\there"]
