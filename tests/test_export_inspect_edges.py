@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from modelsvc.tools.inspect_model import InspectError, inspect_model
+from tests._export_share import shared_onnx_export
 from tests._server import ROOT
 
 CONFIG_PBTXT = """name: "m"
@@ -83,7 +84,9 @@ def test_a_failed_check_leaves_no_model_repository_behind(tmp_path: Path, tiny_b
     from modelsvc.tools.export import ExportCheckError, ExportOptions, export_model
 
     repository = tmp_path / "new-repository"
-    with pytest.raises(ExportCheckError):
+    # the point is what a failed check leaves: the torch.onnx program of tests/test_export.py's identical tiny BERT
+    # (same config, seed and defaults) is reused when that file ran first in this session
+    with shared_onnx_export(), pytest.raises(ExportCheckError):
         export_model(
             ExportOptions(
                 model=str(tiny_bert),
