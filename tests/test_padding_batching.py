@@ -527,7 +527,8 @@ output [ {{ name: "last_hidden_state" data_type: TYPE_FP32 dims: [ -1, -1, {HIDD
         pad_inputs="input_ids:1=0,attention_mask:1=0", pad_outputs="last_hidden_state:1"
     )
     om.write_model(tmp_path, "unbatched", encoder, config("unbatched", unbatched_io, 0, unbatched))
-    om.write_model(tmp_path, "good", encoder, config("good", MASKED_IO, 4, held(4) + MASKED_PAD))
+    # a short delay: the one request sent below would wait HOLD (10 s) for three others that never come
+    om.write_model(tmp_path, "good", encoder, config("good", MASKED_IO, 4, held(4, 1000) + MASKED_PAD))
     expected = {
         **{name: words for name, (_, words) in BAD_CONFIGS.items()},
         "fixed_dim": ("pad_inputs", "INPUT0"),
