@@ -14,7 +14,8 @@ import shutil
 import signal
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -313,7 +314,7 @@ def generated_runs(generated, model_cache) -> dict[str, subprocess.CompletedProc
 @pytest.mark.integration
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("template", list(TEMPLATES))
-def test_the_generated_tests_pass_right_after_generation(generated, generated_runs, model_cache, template):
+def test_the_generated_tests_pass_right_after_generation(generated, up_session, generated_runs, model_cache, template):
     """Each new service's own tests pass as written (run by ``generated_runs``)."""
     folder = generated[template]
     done = generated_runs[template]
@@ -326,9 +327,8 @@ def test_the_generated_tests_pass_right_after_generation(generated, generated_ru
         assert (model_cache / CACHE_NAME).is_file()  # the next service copies it instead of exporting again
 
 
-@pytest.mark.integration
-@pytest.mark.timeout(300)
-def test_logicd_up_serves_a_new_service_and_sends_its_example(tmp_path):
+def _up_session(tmp_path: Path) -> None:
+    """`logicd new` of a blank service, its build_model.py, then `logicd up`: ready, the example sent and answered."""
     done = new("quick-start", "-t", "blank", "--no-input", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     folder = tmp_path / "quick-start"
@@ -358,6 +358,20 @@ def test_logicd_up_serves_a_new_service_and_sends_its_example(tmp_path):
         assert running.wait() == 0, running.output() + running.errors()
     finally:
         running.close()
+
+
+@pytest.fixture(scope="module")
+def up_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Future[None]]:
+    """``_up_session`` started in a thread of its own: the generated services' test runs ask for it first, so it
+    runs beside them (mostly waiting on processes); test_logicd_up_serves_... reads its outcome."""
+    with ThreadPoolExecutor(1) as pool:
+        yield pool.submit(_up_session, tmp_path_factory.mktemp("up"))
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(300)
+def test_logicd_up_serves_a_new_service_and_sends_its_example(up_session: Future[None]) -> None:
+    up_session.result(timeout=280)
 
 
 # --- names, folders, answers ----------------------------------------------------------------------------
