@@ -5,8 +5,8 @@ once into its own virtual environment at the repository root: MLServer (protobuf
 ``ensure_venv(venv, requirements, executable)`` builds the environment when it is missing or was built for other
 requirements, under a file lock so that concurrent test runs build it once, and returns the executable's path.
 It installs with uv (``uv pip install``): pip spent most of a minute resolving MLServer's 67 packages against
-PyPI's large index pages, uv takes seconds. uv is the one on PATH or in the project's environment, else pip installs
-it into the new environment first; where uv cannot be had, pip installs the requirements.
+PyPI's large index pages, uv takes seconds. uv is the one on PATH, in the project's environment or in another tool's,
+else pip installs it into the new environment first; where uv cannot be had, pip installs the requirements.
 A package index that cannot be reached skips the test, or fails it under ``MODELSVC_INTEROP=1`` (CI).
 """
 
@@ -88,9 +88,11 @@ def _ensure_locked(venv: Path, requirements: tuple[str, ...], tool: Path) -> Pat
 
 
 def _uv(venv: Path) -> str | None:
-    """uv on PATH or beside the project's Python; else installed by pip into ``venv`` (a few seconds, one wheel).
-    None where pip cannot install it for a reason other than an unreachable index (pip then installs the tools)."""
-    for found in (shutil.which("uv"), str(Path(sys.executable).parent / "uv")):
+    """uv on PATH, beside the project's Python or in another tool's environment (``.venv-*``); else installed by pip
+    into ``venv`` (about 5 s, one wheel). None where pip cannot install it for a reason other than an unreachable
+    index (pip then installs the tools)."""
+    siblings = sorted(str(p) for p in venv.parent.glob(".venv-*/bin/uv") if not p.is_relative_to(venv))
+    for found in (shutil.which("uv"), str(Path(sys.executable).parent / "uv"), *siblings):
         if found and os.access(found, os.X_OK):
             return found
     python = venv / "bin" / "python"
