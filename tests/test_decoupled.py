@@ -335,3 +335,31 @@ def test_the_response_sender_checks_its_arguments_as_tritons_does() -> None:
         sender.send(pb_utils.InferenceResponse([]))
     assert len(sent) == 1  # the one response was checked; the final flag alone has nothing to check
     assert not sender.is_cancelled()
+
+
+def sequence_counts(url: str) -> dict[str, list[tuple[list[int], bool]]]:
+    """Two sequences of ``sequence_count`` interleaved on one stream: each request's responses."""
+
+    def count(n: int) -> list[Any]:
+        tensor = grpcclient.InferInput("N", [1, 1], "INT32")
+        tensor.set_data_from_numpy(np.array([[n]], np.int32))
+        return [tensor]
+
+    stream = Stream(url)
+    try:
+        for step, (n, flags) in enumerate(((2, {"sequence_start": True}), (3, {}), (1, {"sequence_end": True}))):
+            for sid in (11, 12):
+                stream.client.async_stream_infer(
+                    "sequence_count", count(n + sid - 11), request_id=f"{sid}-{step}", sequence_id=sid, **flags
+                )
+        return by_request(stream.take(2 + 3 + 1 + 3 + 4 + 2))
+    finally:
+        stream.close()
+
+
+def test_a_decoupled_model_with_the_sequence_batcher(server: ModelsvcProcess) -> None:
+    """Each request's responses count on from its sequence's last response."""
+    seen = sequence_counts(grpc_url(server))
+    assert [values for values, _ in seen["11-0"] + seen["11-1"] + seen["11-2"]] == [[i] for i in range(1, 7)]
+    assert [values for values, _ in seen["12-0"] + seen["12-1"] + seen["12-2"]] == [[i] for i in range(1, 10)]
+    assert [final for _, final in seen["12-1"]] == [False, False, False, True]
