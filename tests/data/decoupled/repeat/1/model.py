@@ -1,9 +1,9 @@
 """N responses per request, as a decoupled model sends them (Triton's python backend API).
 
 Inputs: N (how many responses; -1: none and no final flag, the sender dropped; -2: execute returns a list of
-responses, which a decoupled model must not), DELAY_MS (optional: the pause before each response; with a pause the responses
-go from a thread of the model's, after execute returned), ERROR_AT (optional: the response of that index is an
-error). Outputs: OUT (the response's index) and BATCH (how many requests the execute call that got it had).
+responses, which a decoupled model must not), DELAY_MS (optional: the pause before each response; with a pause
+the responses go from a thread of the model's, after execute returned), ERROR_AT (optional: the response of that
+index is an error). Outputs: OUT (the response's index) and BATCH (how many requests the execute call that got it had).
 Request parameters: "record", a file the model appends to: "cancelled" when it sees is_cancelled(), and, with
 "check_closed": true, the message of the exception that sending after the final flag raised.
 """
