@@ -40,7 +40,8 @@ class TritonPythonModel:
                 sender.send(flags=final)
                 return
             if i == fail_at:
-                sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(f"failed at response {i}")), flags=final)
+                error = pb_utils.TritonError(f"failed at response {i}")
+                sender.send(pb_utils.InferenceResponse(error=error), flags=final)
                 return
             sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([i], np.int32))]))
             if delay_s:
