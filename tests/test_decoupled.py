@@ -246,11 +246,17 @@ def test_a_bad_request_gets_one_error_and_the_stream_goes_on(server: ModelsvcPro
     assert by_request(good)["good"] == [([0], False), ([1], True)]
 
 
+REFUSED_BLS = (
+    "Model repeat is using the decoupled transaction policy: call it with 'decoupled=True' in BLS 'exec' or "
+    "'async_exec', or over a gRPC stream (ModelStreamInfer)"
+)
+
+
 def bls_answers(http_url: str) -> list[tuple[list[int], list[bytes]]]:
     """What ``bls_repeat`` got from ``repeat`` through exec / async_exec(decoupled=True), for a few requests."""
     client = httpclient.InferenceServerClient(http_url)
     answers = []
-    for n, error_at, run_async in ((3, 1, 0), (3, 1, 1), (0, -1, 0), (2, -1, 1)):
+    for n, error_at, run_async in ((3, 1, 0), (3, 1, 1), (0, -1, 0), (2, -1, 1), (1, -1, 2)):
         tensors = []
         for name, value in (("N", n), ("ERROR_AT", error_at), ("ASYNC", run_async)):
             tensor = httpclient.InferInput(name, [1], "INT32")
@@ -267,6 +273,7 @@ def test_bls_requests_to_a_decoupled_model_iterate_its_responses(server: Modelsv
         ([0, 2], [b"error at response 1"]),
         ([-1], []),  # the final flag without a response: an empty last response
         ([0, 1], []),
+        ([], [REFUSED_BLS.encode()]),  # exec() without decoupled=True
     ]
 
 

@@ -143,8 +143,9 @@ class DataPlane:
         if is_decoupled(mv):
             if endpoint is not None:
                 raise DecoupledRefused(f"{endpoint} doesn't support models with decoupled transaction policy")
-            raise DecoupledRefused(
-                f"model '{name}' uses the decoupled transaction policy: only a stream (gRPC ModelStreamInfer) runs it"
+            raise DecoupledRefused(  # (Triton's BLS says the first half and asks for decoupled=True)
+                f"Model {name} is using the decoupled transaction policy: call it with 'decoupled=True' in BLS "
+                "'exec' or 'async_exec', or over a gRPC stream (ModelStreamInfer)"
             )
         try:
             inputs = _check_inputs(mv, request)

@@ -1,6 +1,7 @@
-"""BLS to a decoupled model: each request calls repeat with its N and ERROR_AT, through exec(decoupled=True) (or
-async_exec(decoupled=True) when ASYNC is 1), and answers with what came back: OUT, one value per response (-1 for
-a response without outputs), and ERRORS, the messages of the responses that had one."""
+"""BLS to a decoupled model: each request calls repeat with its N and ERROR_AT, through exec(decoupled=True)
+(async_exec(decoupled=True) when ASYNC is 1, exec() without it when ASYNC is 2), and answers with what came back:
+OUT, one value per response (-1 for a response without outputs), and ERRORS, the messages of the responses that
+had one."""
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -22,7 +23,10 @@ class TritonPythonModel:
                     pb_utils.Tensor("ERROR_AT", np.array([[_scalar(request, "ERROR_AT")]], np.int32)),
                 ],
             )
-            if _scalar(request, "ASYNC"):
+            mode = _scalar(request, "ASYNC")
+            if mode == 2:  # without decoupled=True: refused
+                responses = [call.exec()]
+            elif mode == 1:
                 responses = await call.async_exec(decoupled=True)
             else:
                 responses = call.exec(decoupled=True)
