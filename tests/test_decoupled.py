@@ -284,8 +284,8 @@ RETURNED = (
 
 
 def test_a_model_that_breaks_the_contract_ends_its_streams_with_an_error(server: ModelsvcProcess) -> None:
-    """execute() returning responses: Triton's error. A sender dropped without its final flag (Triton's client
-    would wait forever): an error names the model, so that the stream ends."""
+    """execute() returning responses: Triton's error. A sender dropped without its final flag (Triton 2.51 sends
+    nothing at all): an error names the model, so that the stream ends."""
     stream = Stream(grpc_url(server))
     try:
         stream.client.async_stream_infer("repeat", inputs(-2), request_id="returns")
