@@ -767,8 +767,8 @@ def test_model_config_for_auto_complete() -> None:
         config.add_output({"name": "B", "data_type": "TYPE_FP32", "dims": [4], "optional": True})
     with pytest.raises(ValueError, match="max_batch_size 8"):
         config.set_max_batch_size(2)
-    with pytest.raises(ValueError, match="decoupled"):
-        config.set_model_transaction_policy({"decoupled": True})
+    config.set_model_transaction_policy({"decoupled": True})  # decoupled models are served now
+    assert config.as_dict()["model_transaction_policy"] == {"decoupled": True}
     config.set_dynamic_batching()
     assert config.as_dict()["dynamic_batching"] == {}
 
