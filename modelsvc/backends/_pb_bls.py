@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import json
 import threading
 from collections.abc import Awaitable
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from modelsvc.protocol import (
 from modelsvc.protocol import Tensor as WireTensor
 
 from . import _inprocess
+from ._pb_bls_stream import stream_async_exec, stream_exec
 from ._pb_errors import TritonError, TritonModelException, _triton_from_error
 from ._pb_logging import logger
 from ._pb_response import (
@@ -34,20 +34,9 @@ from ._pb_response import (
     TRITONSERVER_REQUEST_FLAG_SEQUENCE_START,
     InferenceResponse,
     _failed,
+    _response_from,
 )
 from ._pb_tensor import Tensor, _all_bytes, _bytes_array
-
-
-def _stream_exec(request: BLSRequest) -> Any:
-    from ._pb_bls_stream import stream_exec  # it imports this module
-
-    return stream_exec(request)
-
-
-def _stream_async_exec(request: BLSRequest, here: asyncio.AbstractEventLoop) -> asyncio.Future[Any]:
-    from ._pb_bls_stream import stream_async_exec
-
-    return stream_async_exec(request, here)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +82,7 @@ class BLSRequest:
         """Run this request on its model and wait for the response; a failure is a response with an error.
         ``decoupled=True``: an iterator of the model's responses as it sends them (``_pb_bls_stream``)."""
         if decoupled:
-            return _stream_exec(self)
+            return stream_exec(self)
         prepared = self._prepare()
         if isinstance(prepared, InferenceResponse):
             return prepared
@@ -126,7 +115,7 @@ class BLSRequest:
         awaitable of an iterator of all the model's responses (``_pb_bls_stream``)."""
         here = asyncio.get_running_loop()  # as in Triton: only from a coroutine
         if decoupled:
-            return _stream_async_exec(self, here)
+            return stream_async_exec(self, here)
         prepared = self._prepare()
         if isinstance(prepared, InferenceResponse):
             ready: asyncio.Future[InferenceResponse] = here.create_future()
@@ -232,13 +221,6 @@ class BLSRequest:
             f"BLS request to model '{self._model_name}' failed inside the server; see the server log",
             TritonError.INTERNAL,
         )
-
-
-def _response_from(result: InferResponse) -> InferenceResponse:
-    response = InferenceResponse([Tensor._wrap(t.name, t.data) for t in result.outputs])
-    if result.parameters:
-        response._parameters = json.dumps(result.parameters)
-    return response
 
 
 def _on_server(action: str, call: Awaitable[Any]) -> Any:

@@ -7,6 +7,7 @@ request that fails before the model answers (unknown model, bad input, full queu
 passed) gives one response with the error. ``async_exec(decoupled=True)`` resolves, once the final response has
 arrived, to an iterator over all of them. A model that is not decoupled answers with its one response. The
 request runs through the server's data plane in-process (``DataPlane.infer_stream``), as a gRPC stream's would.
+The ``request`` these functions take is a ``_pb_bls.BLSRequest``, typed ``Any`` here: that module imports this one.
 """
 
 from __future__ import annotations
@@ -20,14 +21,13 @@ from typing import Any
 
 from modelsvc.protocol import InferResponse, ModelsvcError
 
-from ._pb_bls import BLSRequest, _response_from
 from ._pb_errors import TritonError, _triton_from_error
-from ._pb_response import InferenceResponse, _failed
+from ._pb_response import InferenceResponse, _failed, _response_from
 
 _END: Any = object()
 
 
-def stream_exec(request: BLSRequest) -> Iterator[InferenceResponse]:
+def stream_exec(request: Any) -> Iterator[InferenceResponse]:
     """``exec(decoupled=True)``: the responses as they come, on the calling (model's) thread."""
     prepared = request._prepare()
     if isinstance(prepared, InferenceResponse):
@@ -51,7 +51,7 @@ def stream_exec(request: BLSRequest) -> Iterator[InferenceResponse]:
     return _ResponseIterator(request, arrived, pump)
 
 
-def stream_async_exec(request: BLSRequest, here: asyncio.AbstractEventLoop) -> asyncio.Future[Any]:
+def stream_async_exec(request: Any, here: asyncio.AbstractEventLoop) -> asyncio.Future[Any]:
     """``async_exec(decoupled=True)``: an awaitable of an iterator over every response."""
     prepared = request._prepare()
     if isinstance(prepared, InferenceResponse):
@@ -80,7 +80,7 @@ def stream_async_exec(request: BLSRequest, here: asyncio.AbstractEventLoop) -> a
     return here.create_task(finish())
 
 
-async def _pump(request: BLSRequest, target: Any, wire: Any, put: Callable[[Any], None]) -> None:
+async def _pump(request: Any, target: Any, wire: Any, put: Callable[[Any], None]) -> None:
     """On the server's loop: each response of the stream, converted, then ``_END``."""
     try:
         stream = getattr(target, "infer_stream", None)
@@ -108,7 +108,7 @@ class _ResponseIterator:
     """The responses of one ``exec(decoupled=True)``; waiting for the next one blocks the model's thread (up to
     the request's timeout, counted from the call)."""
 
-    def __init__(self, request: BLSRequest, arrived: queue.SimpleQueue[Any], pump: Any) -> None:
+    def __init__(self, request: Any, arrived: queue.SimpleQueue[Any], pump: Any) -> None:
         self._request = request
         self._arrived = arrived
         self._pump = pump
@@ -128,7 +128,8 @@ class _ResponseIterator:
         except queue.Empty:
             self._done = True
             self._pump.cancel()  # the data plane's stream closes: the called model sees is_cancelled()
-            return self._request._timed_out()
+            timed_out: InferenceResponse = self._request._timed_out()
+            return timed_out
         if item is _END:
             self._done = True
             raise StopIteration

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._pb_errors import TritonError, TritonModelException
 from ._pb_tensor import Tensor
+
+if TYPE_CHECKING:
+    from modelsvc.protocol import InferResponse
 
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
@@ -89,3 +92,10 @@ def get_output_tensor_by_name(inference_response: InferenceResponse, name: str) 
         if tensor.name() == name:
             return tensor
     return None
+
+
+def _response_from(result: InferResponse) -> InferenceResponse:
+    response = InferenceResponse([Tensor._wrap(t.name, t.data) for t in result.outputs])
+    if result.parameters:
+        response._parameters = json.dumps(result.parameters)
+    return response

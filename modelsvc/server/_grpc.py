@@ -4,9 +4,9 @@ The service is the one tritonclient's generated stubs describe (``tritonclient.g
 by grpcio's asyncio server in the event loop the HTTP server runs in. Like the HTTP transport it only decodes,
 calls the data plane and encodes; inference, validation and statistics live in ``DataPlane``.
 
-Errors travel as gRPC status codes with Triton's meaning (``GRPC_STATUS``); an unexpected error is INTERNAL with
-a fixed message and its detail goes to the log. Messages larger than ``max_message_size`` (either way) are refused
-by grpcio itself with RESOURCE_EXHAUSTED.
+Errors travel as gRPC status codes with Triton's meaning (``_grpc_status.GRPC_STATUS``); an unexpected error is
+INTERNAL with a fixed message and its detail goes to the log. Messages larger than ``max_message_size`` (either
+way) are refused by grpcio itself with RESOURCE_EXHAUSTED.
 
 ``ModelStreamInfer`` works as Triton's does (``_stream``): the requests of one stream run concurrently (up to
 ``STREAM_WINDOW`` at a time); a model that is not decoupled gives each exactly one ``ModelStreamInferResponse``,
@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn, TypeVar
+from typing import Any, TypeVar
 
 import grpc
 import grpc.aio
@@ -31,59 +31,21 @@ from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
 
 from ..protocol import (
-    ErrorKind,
     InferResponse,
-    ModelsvcError,
 )
 from ._dataplane import DataPlane
-from ._errors import INTERNAL_MESSAGE, http_error
 from ._grpc_calls import GrpcCalls, H2GrpcServer
 from ._grpc_codec import _wire, decode_infer_request, encode_infer_response
+from ._grpc_status import Context, _abort, _code, _end_trace, grpc_status
 from ._restricted import RestrictedApis, RestrictionInterceptor
 from ._stream import serve_stream
-from ._tracing import RequestTrace
 
 logger = logging.getLogger("modelsvc.grpc")
 
 T = TypeVar("T")
-Context = grpc.aio.ServicerContext[Any, Any]
 
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 """Largest message taken or sent: the same as the HTTP body limit. (Triton's gRPC allows 2 GiB and has no flag.)"""
-
-GRPC_STATUS: dict[ErrorKind, grpc.StatusCode] = {
-    ErrorKind.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
-    ErrorKind.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
-    ErrorKind.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
-    ErrorKind.UNSUPPORTED: grpc.StatusCode.UNIMPLEMENTED,
-    ErrorKind.INTERNAL: grpc.StatusCode.INTERNAL,
-    ErrorKind.ALREADY_EXISTS: grpc.StatusCode.ALREADY_EXISTS,
-    ErrorKind.CANCELLED: grpc.StatusCode.CANCELLED,
-    ErrorKind.UNKNOWN: grpc.StatusCode.UNKNOWN,
-}
-
-SHUTTING_DOWN = "the server is shutting down"
-
-
-def _code(exc: BaseException) -> grpc.StatusCode:
-    return GRPC_STATUS[exc.kind] if isinstance(exc, ModelsvcError) else grpc.StatusCode.INTERNAL
-
-
-def grpc_status(exc: BaseException) -> tuple[grpc.StatusCode, str]:
-    """Code and client-facing message; an unexpected exception is logged and shows nothing of itself."""
-    if isinstance(exc, ModelsvcError):  # its message is written for the client, as over HTTP
-        if exc.kind is ErrorKind.INTERNAL:
-            logger.error("internal error: %s", exc.message)
-        return GRPC_STATUS[exc.kind], exc.message
-    logger.error("unexpected error answering a gRPC request", exc_info=exc)
-    return grpc.StatusCode.INTERNAL, INTERNAL_MESSAGE
-
-
-async def _abort(context: Context, exc: BaseException) -> NoReturn:
-    code, message = grpc_status(exc)
-    await context.abort(code, message)
-    raise AssertionError("context.abort returned")  # pragma: no cover - abort always raises
-
 
 def _tensor_metadata(entries: Sequence[dict[str, Any]]) -> list[Any]:
     return [
@@ -99,18 +61,6 @@ def _trace_headers(context: Context) -> list[tuple[bytes, bytes]]:
         for key, value in context.invocation_metadata() or ()
         if isinstance(value, str)
     ]
-
-
-def _end_trace(trace: RequestTrace, error: BaseException | None, code: grpc.StatusCode) -> None:
-    """Close a request's span: the HTTP status the same outcome would have had, and the gRPC code."""
-    trace.span.set_attribute("rpc.system", "grpc")
-    trace.span.set_attribute("rpc.grpc.status_code", code.value[0])
-    if error is None:
-        trace.end(200, None)
-    elif isinstance(error, Exception):
-        trace.end(http_error(error)[0], error)
-    else:  # the caller went away
-        trace.end(499, error)
 
 
 # -- the service ----------------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import grpc
 from tritonclient.grpc import service_pb2
@@ -33,9 +33,18 @@ from tritonclient.grpc import service_pb2
 from ..protocol import ModelsvcError
 from ._dataplane import is_decoupled
 from ._grpc_codec import decode_infer_request, encode_infer_response
+from ._grpc_status import SHUTTING_DOWN, Context, _abort, _end_trace, grpc_status
 
-if TYPE_CHECKING:
-    from ._grpc import Context, InferenceService
+
+class InferenceService(Protocol):
+    """What a stream needs of the gRPC service (``_grpc.InferenceService``)."""
+
+    draining: bool
+    dataplane: Any
+    _stream_readers: set[asyncio.Task[None]]
+
+    async def _stream_answer(self, message: Any, headers: Sequence[tuple[bytes, bytes]]) -> Any: ...
+
 
 STREAM_WINDOW = 128
 """How many requests of one stream may be unanswered at once; beyond that the stream is not read (flow control)."""
@@ -50,7 +59,6 @@ async def serve_stream(
     service: InferenceService, request_iterator: Any, context: Context, headers: Sequence[tuple[bytes, bytes]]
 ) -> None:
     """Answer every request of one ``ModelStreamInfer`` call (see the module's description)."""
-    from ._grpc import SHUTTING_DOWN, _abort  # the service's module imports this one
 
     out: asyncio.Queue[Any] = asyncio.Queue()  # (message or None, frees a window slot) ..., then _DONE
     ordered: asyncio.Queue[asyncio.Future[Any] | None] = asyncio.Queue()
@@ -145,7 +153,6 @@ async def _responses(
     service: InferenceService, message: Any, headers: Sequence[tuple[bytes, bytes]]
 ) -> AsyncGenerator[tuple[Any, bool], None]:
     """One request to a decoupled model: (message to write or None, final) for each response the model sends."""
-    from ._grpc import _end_trace, grpc_status
 
     dataplane = service.dataplane
     model, version = message.model_name, message.model_version or None
