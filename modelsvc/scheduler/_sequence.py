@@ -60,6 +60,11 @@ from ._tracing import TracedRequest
 logger = logging.getLogger("modelsvc.scheduler")
 
 
+def _live_key(corrid: CorrId) -> tuple[bool, CorrId]:
+    """The key of a live sequence: string and integer correlation ids never meet (``"1"`` is not ``1``)."""
+    return isinstance(corrid, str), corrid
+
+
 class SequenceScheduler:
     """The sequence batcher of one model version (same interface as ``Scheduler``)."""
 
@@ -190,7 +195,7 @@ class SequenceScheduler:
                     "sequence batcher"
                 )
         value = corrid_value(self.settings, corrid, name) if request is not None else None
-        key = (isinstance(corrid, str), corrid)
+        key = _live_key(corrid)
         seq = self._live.get(key)
         if seq is None and not start:
             raise InvalidArgument(
@@ -295,12 +300,16 @@ class SequenceScheduler:
             self.stats.name,
             self.settings.idle_ns // 1000,
         )
+        self._retire(seq)
+        self._pump()
+
+    def _retire(self, seq: _Sequence) -> None:
+        """A live sequence ends without its END (idle, or the server closing): it leaves ``_live`` and its slot."""
         seq.live = False
-        key = (isinstance(seq.corrid, str), seq.corrid)
+        key = _live_key(seq.corrid)
         if self._live.get(key) is seq:
             del self._live[key]
         self._release(seq)
-        self._pump()
 
     # -- batching -------------------------------------------------------------------------------
     def _pump(self) -> None:
@@ -320,11 +329,7 @@ class SequenceScheduler:
         for lane in self._lanes:
             for seq in lane.slots:
                 if seq is not None and not seq.steps and not seq.running:
-                    seq.live = False
-                    key = (isinstance(seq.corrid, str), seq.corrid)
-                    if self._live.get(key) is seq:
-                        del self._live[key]
-                    self._release(seq)
+                    self._retire(seq)
 
     def _try_lane(self, lane: _Lane) -> None:
         ready = [(slot, s) for slot, s in enumerate(lane.slots) if s is not None and s.steps and not s.running]
