@@ -47,11 +47,10 @@ from typing import Any
 
 from google.protobuf import json_format
 
-from modelsvc.protocol import CONFIG_TO_WIRE, NUMPY_DTYPES
 from modelsvc.protocol._pbjson import message_to_json
 
 from . import python_utils as pb
-from ._base import ConfigMismatchError, ModelConfig, ModelInstance, ModelLoadError, data_type_name
+from ._base import ConfigMismatchError, ModelConfig, ModelInstance, ModelLoadError
 from ._devices import placements
 from ._pb_bls import _Caller
 from ._python_import import _ModelFile
@@ -183,14 +182,10 @@ class PythonBackend:
 def _state_outputs(config: ModelConfig) -> dict[str, _OutputSpec]:
     """Implicit state (``sequence_batching { state }``): the model returns each state output in its response,
     as in Triton's python backend; the sequence batcher keeps it and never sends it to the client."""
-    specs: dict[str, _OutputSpec] = {}
-    for state in config.sequence_batching.state:
-        type_name = data_type_name(state.data_type)
-        datatype = CONFIG_TO_WIRE.get(type_name, type_name)
-        specs[state.output_name] = _OutputSpec(
-            state.output_name, datatype, NUMPY_DTYPES.get(datatype), tuple(state.dims)
-        )
-    return specs
+    return {
+        state.output_name: _OutputSpec.typed(state.output_name, state.data_type, tuple(state.dims))
+        for state in config.sequence_batching.state
+    }
 
 
 def _placements(config: ModelConfig) -> list[tuple[str, str, int]]:

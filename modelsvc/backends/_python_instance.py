@@ -44,10 +44,15 @@ class _OutputSpec:
 
     @classmethod
     def of(cls, entry: Any) -> _OutputSpec:
-        type_name = model_config_pb2.DataType.Name(entry.data_type)
-        datatype = CONFIG_TO_WIRE.get(type_name, type_name)
         dims = tuple(entry.reshape.shape) if entry.HasField("reshape") else tuple(entry.dims)
-        return cls(entry.name, datatype, NUMPY_DTYPES.get(datatype), dims)
+        return cls.typed(entry.name, entry.data_type, dims)
+
+    @classmethod
+    def typed(cls, name: str, data_type: int, dims: tuple[int, ...]) -> _OutputSpec:
+        """An output named ``name`` of the config's ``data_type`` (a DataType number) and ``dims``."""
+        type_name = model_config_pb2.DataType.Name(data_type)
+        datatype = CONFIG_TO_WIRE.get(type_name, type_name)
+        return cls(name, datatype, NUMPY_DTYPES.get(datatype), dims)
 
     def conform(self, array: np.ndarray[Any, Any], rows: int | None) -> np.ndarray[Any, Any] | str:
         """The array as the server sends it, or what is wrong with it. ``rows``: the request's batch size."""
