@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ._capacity import Measured, resolve_capacity
 from ._pack import Node, NoFit, PodSpec, Shape, cheapest_packing, check_fits, shape_of
-from ._schema import Half, Plan, PlanError, Resources, Service, cpu_millis, format_cpu, format_memory, memory_bytes
+from ._schema import Half, Plan, PlanError, Service, cpu_millis, format_cpu, format_memory, memory_bytes
 
 __all__ = ["OPTIONS", "Option", "Planned", "Resolved", "Sized", "plan_all", "replicas_for", "resolve"]
 
@@ -298,7 +298,3 @@ def plan_all(plan: Plan, base: Path, source: str = "plan") -> Planned:
             option.unavailable = _no_fit(exc)
         options.append(option)
     return Planned(plan, services, shapes, options)
-
-
-def requests_of(r: Resolved) -> Resources:
-    return Resources(cpu=format_cpu(r.cpu), memory=format_memory(r.memory), gpu=r.gpu)
