@@ -7,7 +7,9 @@ Skipped where nvidia-pytriton is not installed, unless ``MODELSVC_INTEROP=1`` (C
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +17,7 @@ import pytest
 
 from loadtests import _servers
 from modelsvc.client import Client
+from tests._server import ModelsvcProcess
 
 INSTALL = "`.venv/bin/pip install nvidia-pytriton` (or `bash loadtests/setup.sh`)"
 
@@ -74,6 +77,31 @@ def write_repository(repo: Path) -> Path:
     return repo
 
 
+def require_triton() -> None:
+    """Skip where nvidia-pytriton is not installed; under ``MODELSVC_INTEROP=1`` (CI) that is a failure."""
+    if _servers.pytriton_dir() is None:
+        message = f"nvidia-pytriton (a real Triton 2.51) is not installed: run {INSTALL}"
+        if os.environ.get("MODELSVC_INTEROP") == "1":
+            pytest.fail(f"MODELSVC_INTEROP=1 but {message}", pytrace=False)
+        pytest.skip(message)
+
+
+@contextmanager
+def beside_modelsvc(
+    source: Path, workdir: Path, *triton_args: str
+) -> Iterator[tuple[_servers.ServerProcess, ModelsvcProcess]]:
+    """A real Triton (with ``triton_args`` added to its command line) and modelsvc, each serving its own copy of the
+    model repository at ``source``; modelsvc ready."""
+    require_triton()
+    repo = workdir / "repository"
+    shutil.copytree(source, repo)
+    triton_process = _servers.triton_server(repo, workdir)
+    triton_process.argv += list(triton_args)
+    with triton_process as triton, ModelsvcProcess(repo) as ours:
+        ours.wait_ready(60)
+        yield triton, ours
+
+
 @dataclass(frozen=True, slots=True)
 class Triton:
     http_url: str
@@ -85,11 +113,7 @@ class Triton:
 
 @pytest.fixture(scope="session")
 def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Triton]:
-    if _servers.pytriton_dir() is None:
-        message = f"nvidia-pytriton (a real Triton 2.51) is not installed: run {INSTALL}"
-        if os.environ.get("MODELSVC_INTEROP") == "1":
-            pytest.fail(f"MODELSVC_INTEROP=1 but {message}", pytrace=False)
-        pytest.skip(message)
+    require_triton()
     workdir = tmp_path_factory.mktemp("triton")
     repo = write_repository(workdir / "repository")
     with _servers.triton_server(repo, workdir) as server:

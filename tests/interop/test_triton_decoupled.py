@@ -5,8 +5,6 @@ the same words and status."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,11 +15,9 @@ import pytest
 import tritonclient.grpc as tg
 from tritonclient.utils import InferenceServerException
 
-from loadtests import _servers
-from tests._server import ModelsvcProcess
 from tests.test_decoupled import REPOSITORY, RETURNED, Stream, bls_answers, inputs
 
-from ._triton import INSTALL
+from ._triton import beside_modelsvc
 
 pytestmark = pytest.mark.integration
 
@@ -29,19 +25,9 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple[str, str]]]:
     """(HTTP base URL, gRPC url) of a real Triton and of modelsvc, each serving a copy of tests/data/decoupled."""
-    if _servers.pytriton_dir() is None:
-        message = f"nvidia-pytriton (a real Triton 2.51) is not installed: run {INSTALL}"
-        if os.environ.get("MODELSVC_INTEROP") == "1":
-            pytest.fail(f"MODELSVC_INTEROP=1 but {message}", pytrace=False)
-        pytest.skip(message)
     workdir = tmp_path_factory.mktemp("triton_decoupled")
-    repo = workdir / "repository"
-    shutil.copytree(REPOSITORY, repo)
-    triton_process = _servers.triton_server(repo, workdir)
     # Triton 2.51 waits its whole exit timeout (30 s) after BLS calls to a decoupled model, answered or not
-    triton_process.argv += ["--exit-timeout-secs", "2"]
-    with triton_process as triton, ModelsvcProcess(repo) as ours:
-        ours.wait_ready(60)
+    with beside_modelsvc(REPOSITORY, workdir, "--exit-timeout-secs", "2") as (triton, ours):
         yield {
             "triton": (triton.base_url, f"127.0.0.1:{triton.grpc_port}"),
             "modelsvc": (ours.base, f"127.0.0.1:{ours.grpc_port}"),

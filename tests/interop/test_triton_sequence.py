@@ -6,8 +6,6 @@ its python backend does not carry implicit state) the models are in tests/data/s
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -19,10 +17,7 @@ import tritonclient.grpc as tg
 import tritonclient.http as th
 from tritonclient.utils import InferenceServerException
 
-from loadtests import _servers
-from tests._server import ModelsvcProcess
-
-from ._triton import INSTALL
+from ._triton import beside_modelsvc
 
 pytestmark = pytest.mark.integration
 
@@ -32,19 +27,9 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "seq_models"
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple[str, str]]]:
     """(HTTP url, gRPC url) of a real Triton and of modelsvc, each serving a copy of tests/data/seq_models."""
-    if _servers.pytriton_dir() is None:
-        message = f"nvidia-pytriton (a real Triton 2.51) is not installed: run {INSTALL}"
-        if os.environ.get("MODELSVC_INTEROP") == "1":
-            pytest.fail(f"MODELSVC_INTEROP=1 but {message}", pytrace=False)
-        pytest.skip(message)
-    workdir = tmp_path_factory.mktemp("triton_seq")
-    repo = workdir / "repository"
-    shutil.copytree(DATA, repo)
-    with _servers.triton_server(repo, workdir) as triton, ModelsvcProcess(repo) as ours:
-        ours.wait_ready(60)
-        grpc_port = triton.argv[triton.argv.index("--grpc-port") + 1]
+    with beside_modelsvc(DATA, tmp_path_factory.mktemp("triton_seq")) as (triton, ours):
         yield {
-            "triton": (triton.base_url.removeprefix("http://"), f"127.0.0.1:{grpc_port}"),
+            "triton": (triton.base_url.removeprefix("http://"), f"127.0.0.1:{triton.grpc_port}"),
             "modelsvc": (ours.url, f"127.0.0.1:{ours.grpc_port}"),
         }
 
