@@ -45,7 +45,6 @@ from ._sequence_rows import (
     CorrId,
     corrid_value,
     empty_row,
-    initial_state,
     request_params,
     row_inputs,
     shape_key,
@@ -388,11 +387,9 @@ class SequenceScheduler:
         for _, seq in chosen:
             step = seq.steps.popleft()
             seq.running = True
-            if step.start or seq.state is None:
-                seq.state = initial_state(cfg)
-            rows.append(
-                row_inputs(cfg, step.inputs, seq.state, start=step.start, end=step.end, ready=True, corrid=seq.value)
-            )
+            if step.start:
+                seq.state = None  # row_inputs feeds the initial state
+            rows.append(row_inputs(cfg, step.inputs, seq.state, start=step.start, end=step.end, corrid=seq.value))
             taken.append((seq, step))
         per_request = lane.worker.per_request is not None
         order: list[int | None] = list(range(len(rows)))  # batch row -> index into taken (None: an empty row)

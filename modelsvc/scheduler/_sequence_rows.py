@@ -1,8 +1,9 @@
 """The tensors of one sequence batch's rows: the request's own inputs, its control tensors and its implicit state.
 
 Pure functions, no event loop: ``request_params`` reads and checks a request's ``sequence_id``,
-``sequence_start`` and ``sequence_end``; ``row_inputs`` builds one row (a request, or an empty slot's padding
-with READY false) as the model takes it; ``take_state`` moves the state outputs out of a row's answer.
+``sequence_start`` and ``sequence_end``; ``row_inputs`` builds a request's row as the model takes it (READY
+true), ``empty_row`` an empty slot's padding (READY false); ``take_state`` moves the state outputs out of a row's
+answer.
 """
 
 from __future__ import annotations
@@ -78,11 +79,10 @@ def row_inputs(
     *,
     start: bool,
     end: bool,
-    ready: bool,
     corrid: Any,
 ) -> Arrays:
-    """One row as the model takes it: ``inputs`` with the control tensors and the state inputs added (each with a
-    batch dimension of 1 when the model batches)."""
+    """A request's row as the model takes it: ``inputs`` with the control tensors (READY true) and the state
+    inputs added (each with a batch dimension of 1 when the model batches); ``state`` None: the initial state."""
     batched = settings.max_batch_size > 0
     shape = (1, 1) if batched else (1,)
     row = dict(inputs)
@@ -91,7 +91,7 @@ def row_inputs(
             value = corrid if corrid is not None else (b"" if control.dtype == np.dtype(object) else 0)
             row[control.name] = np.full(shape, value, dtype=control.dtype)
         else:
-            on = {START: start, END: end, READY: ready}[kind]
+            on = {START: start, END: end, READY: True}[kind]
             row[control.name] = np.full(shape, control.value(on), dtype=control.dtype)
     for spec in settings.states:
         value = state[spec.input_name] if state is not None else spec.start_value()
@@ -111,12 +111,6 @@ def empty_row(settings: SequenceSettings, template: Arrays) -> Arrays:
         if kind != CORRID:
             row[control.name] = np.full(template[control.name].shape, control.value(False), dtype=control.dtype)
     return row
-
-
-def initial_state(settings: SequenceSettings) -> Arrays | None:
-    if not settings.states:
-        return None
-    return {spec.input_name: spec.start_value() for spec in settings.states}
 
 
 def take_state(settings: SequenceSettings, answer: Arrays, model: str) -> Arrays | None:
