@@ -210,9 +210,9 @@ def cheapest_packing(pods: Sequence[PodSpec], shapes: Sequence[Shape]) -> list[N
         for c in cpu_choices:
 
             def opener(pod: PodSpec, g: Shape | None = g, c: Shape | None = c) -> Shape:
-                for choice in (g if pod.gpu else c,):
-                    if choice is not None and choice.holds(pod):
-                        return choice
+                choice = g if pod.gpu else c
+                if choice is not None and choice.holds(pod):
+                    return choice
                 return min((s for s in shapes if s.holds(pod)), key=lambda s: (s.price, s.name))
 
             nodes = shrink(pack(cpu_pods, pack(gpu_pods, [], opener), opener), shapes)
