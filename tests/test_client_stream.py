@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from loadtests._servers import free_port
 from modelsvc.client import AsyncClient, Client, InvalidInput, RetryPolicy, StreamError, StreamingUnsupported, Timeout
-from modelsvc.client import _stream as stream_module
+from modelsvc.client import _tracing as tracing_module
 from tests._server import ModelsvcProcess
 
 pytestmark = pytest.mark.integration
@@ -81,7 +81,7 @@ def test_one_span_per_stream(grpc_url: str, monkeypatch: pytest.MonkeyPatch) -> 
     memory = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(memory))
-    monkeypatch.setattr(stream_module, "_TRACER", provider.get_tracer("modelsvc.client"))
+    monkeypatch.setattr(tracing_module, "_TRACER", provider.get_tracer("modelsvc.client"))
 
     async def main() -> None:
         async with AsyncClient(grpc_url) as client:

@@ -34,12 +34,12 @@ from typing import Any, Protocol, Self, runtime_checkable
 import grpc
 import grpc.aio
 from opentelemetry import propagate, trace
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.trace import Span, Status, StatusCode
 
 from ..protocol import Tensor
 from ._core import Attempts, InferResult
 from ._errors import ClientError, ConnectionLost, ServerError
-from ._tracing import ATTR_MODEL, ATTR_OUTCOME, ATTR_TRANSPORT, ATTR_VERSION, RPC_SYSTEM, _server_attributes
+from ._tracing import ATTR_OUTCOME, start_span
 
 __all__ = [
     "ENABLE_EMPTY_FINAL",
@@ -57,8 +57,6 @@ __all__ = [
 FINAL_RESPONSE = "triton_final_response"
 ENABLE_EMPTY_FINAL = "triton_enable_empty_final_response"
 ATTR_RESPONSES = "modelsvc.responses"
-
-_TRACER = trace.get_tracer("modelsvc.client")
 
 
 class StreamError(ServerError):
@@ -234,21 +232,8 @@ class SyncGrpcStreamCall:
 
 
 def _start_span(model: str, version: str | None, transport: str, server: str) -> Span | None:
-    span = _TRACER.start_span(f"infer {model}", kind=SpanKind.CLIENT)
-    if not span.get_span_context().is_valid:
-        return None
-    if span.is_recording():
-        attributes: dict[str, str | int] = {
-            ATTR_MODEL: model,
-            "rpc.system": RPC_SYSTEM,
-            "rpc.method": "ModelStreamInfer",
-            ATTR_TRANSPORT: transport,
-            **_server_attributes(server),
-        }
-        if version:
-            attributes[ATTR_VERSION] = version
-        span.set_attributes(attributes)
-    return span
+    span = start_span(model, version, transport=transport, server=server, method="ModelStreamInfer")
+    return span if span.get_span_context().is_valid else None
 
 
 class _Stream:

@@ -26,7 +26,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
-__all__ = ["ClientSpan", "client_span"]
+__all__ = ["ClientSpan", "client_span", "start_span"]
 
 ATTR_MODEL = "modelsvc.model.name"
 ATTR_VERSION = "modelsvc.model.version"
@@ -135,24 +135,30 @@ def _server_attributes(server: str) -> dict[str, str | int]:
     return {"server.address": host} if port is None else {"server.address": host, "server.port": port}
 
 
+def start_span(model: str, version: str | None, *, transport: str, server: str, method: str = "ModelInfer") -> Span:
+    """A CLIENT span ``infer {model}`` for one ``method`` call to ``server`` over ``transport``, started (not
+    current), with its attributes when it records."""
+    span = _TRACER.start_span(f"infer {model}", kind=SpanKind.CLIENT)
+    if span.is_recording():
+        attributes: dict[str, str | int] = {
+            ATTR_MODEL: model,
+            "rpc.system": RPC_SYSTEM,
+            "rpc.method": method,
+            ATTR_TRANSPORT: transport,
+            **_server_attributes(server),
+        }
+        if version:
+            attributes[ATTR_VERSION] = version
+        span.set_attributes(attributes)
+    return span
+
+
 def client_span(model: str, version: str | None, *, transport: str, server: str) -> ClientSpan:
     """A CLIENT span ``infer {model}`` for one call to ``server`` over ``transport`` (``http`` or ``grpc``).
 
     Use it as a context manager; it is a child of the current span, and current inside the block.
     """
-    span = _TRACER.start_span(f"infer {model}", kind=SpanKind.CLIENT)
-    if not span.is_recording():
-        if not span.get_span_context().is_valid:
-            return _NO_SPAN
-        return ClientSpan(span)  # sampled out: nothing recorded, the decision still propagates
-    attributes: dict[str, str | int] = {
-        ATTR_MODEL: model,
-        "rpc.system": RPC_SYSTEM,
-        "rpc.method": "ModelInfer",
-        ATTR_TRANSPORT: transport,
-        **_server_attributes(server),
-    }
-    if version:
-        attributes[ATTR_VERSION] = version
-    span.set_attributes(attributes)
-    return ClientSpan(span)
+    span = start_span(model, version, transport=transport, server=server)
+    if not span.is_recording() and not span.get_span_context().is_valid:
+        return _NO_SPAN
+    return ClientSpan(span)  # sampled out (not recording): the decision still propagates
