@@ -156,12 +156,7 @@ class DataPlane:
                 if hit is not None:
                     mv.stats.record_cached_success(time.perf_counter_ns() - start)
                     return InferResponse(model_name=name, model_version=mv.version_label, outputs=hit, id=request.id)
-            params = request.parameters
-            if params:
-                priority = _int_param(params, "priority")
-                timeout_us = _int_param(params, "timeout") or None
-            else:
-                priority, timeout_us = 0, None
+            priority, timeout_us = _scheduling(request)
             if trace is not None:
                 trace.enqueued(mv.version_label)
             outputs = await mv.scheduler.infer(
@@ -208,9 +203,7 @@ class DataPlane:
         try:
             inputs = _check_inputs(mv, request)
             wanted = _requested_outputs(mv, request)
-            params = request.parameters
-            priority = _int_param(params, "priority") if params else 0
-            timeout_us = (_int_param(params, "timeout") or None) if params else None
+            priority, timeout_us = _scheduling(request)
             if trace is not None:
                 trace.enqueued(mv.version_label)
             streamed = DecoupledRequest(request.inputs, request.id, request.outputs, request.parameters, channel)
@@ -335,6 +328,14 @@ def _int_param(params: dict[str, Any], key: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise InvalidArgument(f"request parameter '{key}' must be a non-negative integer, got {value!r}")
     return value
+
+
+def _scheduling(request: InferRequest) -> tuple[int, int | None]:
+    """The request's ``priority`` (0: the default) and ``timeout`` in microseconds (None: none)."""
+    params = request.parameters
+    if not params:
+        return 0, None
+    return _int_param(params, "priority"), _int_param(params, "timeout") or None
 
 
 def _shape_matches(shape: tuple[int, ...], dims: tuple[int, ...]) -> bool:
