@@ -64,16 +64,20 @@ class Shape:
         return pod.cpu <= self.cpu and pod.memory <= self.memory and pod.gpu <= self.gpu and self.max_pods >= 1
 
 
-def reserved_cpu(millis: int) -> int:
-    """GKE's kubelet CPU reservation: 6 % of the first core, 1 % of the second, 0.5 % of the next two, 0.25 %
-    of the rest."""
-    tiers = [(1000, 0.06), (1000, 0.01), (2000, 0.005), (math.inf, 0.0025)]
-    out, left = 0.0, float(millis)
+def _tiered(amount: int, tiers: Sequence[tuple[float, float]]) -> int:
+    """The sum, rounded up, of each tier's share of the part of ``amount`` that falls in it (tiers in order)."""
+    out, left = 0.0, float(amount)
     for size, share in tiers:
         take = min(left, size)
         out += take * share
         left -= take
     return math.ceil(out)
+
+
+def reserved_cpu(millis: int) -> int:
+    """GKE's kubelet CPU reservation: 6 % of the first core, 1 % of the second, 0.5 % of the next two, 0.25 %
+    of the rest."""
+    return _tiered(millis, [(1000, 0.06), (1000, 0.01), (2000, 0.005), (math.inf, 0.0025)])
 
 
 def reserved_memory(nbytes: int) -> int:
@@ -82,12 +86,7 @@ def reserved_memory(nbytes: int) -> int:
     if nbytes < GiB:
         return 255 * 2**20 + 100 * 2**20
     tiers = [(4 * GiB, 0.25), (4 * GiB, 0.20), (8 * GiB, 0.10), (112 * GiB, 0.06), (math.inf, 0.02)]
-    out, left = 0.0, float(nbytes)
-    for size, share in tiers:
-        take = min(left, size)
-        out += take * share
-        left -= take
-    return math.ceil(out) + 100 * 2**20
+    return _tiered(nbytes, tiers) + 100 * 2**20
 
 
 def shape_of(node: NodeType, cluster: Cluster) -> Shape:
