@@ -95,8 +95,7 @@ class SequenceScheduler:
     @property
     def pending_count(self) -> int:
         """Requests waiting, not yet in a running batch (in slots and in the backlog)."""
-        waiting = sum(len(s.steps) for lane in self._lanes for s in lane.slots if s is not None)
-        return waiting + sum(len(s.steps) for s in self._backlog)
+        return sum(len(s.steps) for s in self._sequences())
 
     @property
     def live_sequences(self) -> int:
@@ -343,7 +342,7 @@ class SequenceScheduler:
         limit = max(1, cfg.max_batch_size)
         if cfg.strategy == "oldest":
             chosen = chosen[:limit]
-        wait_ns = 0 if self._closing else self._wait_ns(len(chosen), chosen, now)
+        wait_ns = 0 if self._closing else self._wait_ns(chosen, now)
         if wait_ns > 0:
             if lane.timer is None:
                 assert self._loop is not None
@@ -356,9 +355,10 @@ class SequenceScheduler:
             chosen.sort(key=lambda r: r[0])
         self._launch(lane, chosen)
 
-    def _wait_ns(self, count: int, chosen: list[tuple[int, _Sequence]], now: int) -> int:
-        """How much longer to wait for a fuller batch (0: go now)."""
+    def _wait_ns(self, chosen: list[tuple[int, _Sequence]], now: int) -> int:
+        """How much longer to wait for a fuller batch than ``chosen`` (0: go now)."""
         cfg = self.settings
+        count = len(chosen)
         delay = cfg.max_queue_delay_ns
         if delay <= 0:
             return 0
