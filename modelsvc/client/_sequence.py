@@ -28,6 +28,7 @@ it), never a silent restart elsewhere.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import os
@@ -220,13 +221,8 @@ class InferSequence(_State):
         tensors, params = self._request(inputs, named, end, parameters)
         gate = None if self.started else self._client._sequence_starts
         try:
-            if gate is None:
+            with gate or contextlib.nullcontext():
                 result = self._client._infer(self.model, self.version, tensors, outputs, request_id, params, timeout)
-            else:
-                with gate:
-                    result = self._client._infer(
-                        self.model, self.version, tensors, outputs, request_id, params, timeout
-                    )
         except BaseException:
             self._sent(tensors, params, ok=False)
             raise
@@ -281,15 +277,10 @@ class AsyncInferSequence(_State):
         tensors, params = self._request(inputs, named, end, parameters)
         gate = None if self.started else self._client._sequence_starts
         try:
-            if gate is None:
+            async with gate or contextlib.nullcontext():
                 result = await self._client._infer(
                     self.model, self.version, tensors, outputs, request_id, params, timeout
                 )
-            else:
-                async with gate:
-                    result = await self._client._infer(
-                        self.model, self.version, tensors, outputs, request_id, params, timeout
-                    )
         except BaseException:
             self._sent(tensors, params, ok=False)
             raise
