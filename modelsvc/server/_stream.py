@@ -176,10 +176,11 @@ async def _responses(
                     answer.parameters[FINAL].bool_param = final
                     yield service_pb2.ModelStreamInferResponse(infer_response=answer), final
     except Exception as exc:
+        code, text = grpc_status(exc)  # once: it logs an unexpected error
         if trace is not None:
-            _end_trace(trace, exc, grpc_status(exc)[0])
+            _end_trace(trace, exc, code)
             trace = None
-        yield _bare(message, True, grpc_status(exc)[1]), True
+        yield _bare(message, True, text), True
     except BaseException as exc:
         if trace is not None:
             _end_trace(trace, exc, grpc.StatusCode.CANCELLED)
