@@ -396,18 +396,6 @@ class AsyncClient:
         client.stream_infer("m", inputs)``. gRPC only (``StreamingUnsupported`` over HTTP); ``timeout`` bounds the
         whole stream; leaving the loop early cancels it (see ``_stream``)."""
         tensors = [to_tensor(name, value) for name, value in inputs.items()]
-        return self._stream(model, version, tensors, outputs, request_id, parameters, timeout)
-
-    def _stream(
-        self,
-        model: str,
-        version: str | None,
-        tensors: Sequence[Tensor],
-        outputs: Sequence[str] | None,
-        request_id: str | None,
-        parameters: Mapping[str, Any] | None,
-        timeout: float | None,
-    ) -> ResponseStream:
         binding = self._t
         if not isinstance(binding, StreamingTransport):
             raise StreamingUnsupported(
