@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -94,7 +95,14 @@ def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Modelsvc
     implicit state, starting at 100) and accumulate (the model keeps the sums; direct strategy, 2 slots)."""
     repo = tmp_path_factory.mktemp("sequences")
     (repo / "seqecho").symlink_to(REPO / "seqecho")
-    (repo / "accumulate_state").symlink_to(ACCUMULATE)
+    # a copy whose idle release is 2 s, not 300 ms: a step held up on a busy machine must not end a sequence here
+    # (tests/test_sequence_models.py tests the release)
+    shutil.copytree(ACCUMULATE, repo / "accumulate_state")
+    config = repo / "accumulate_state" / "config.pbtxt"
+    idle = "max_sequence_idle_microseconds: "
+    slow = config.read_text().replace(idle + "300000", idle + "2000000")
+    assert "2000000" in slow, "accumulate_state's idle time changed: update this copy"
+    config.write_text(slow)
     (repo / "accumulate").symlink_to(ACCUMULATE.parent / "accumulate")
     servers = [ModelsvcProcess(repo).start(), ModelsvcProcess(repo).start()]
     try:
