@@ -125,9 +125,27 @@ def _parser() -> argparse.ArgumentParser:
         "--data", "-d", action="append", default=[], metavar="KEY=VALUE", help="answer a question (port=9000)"
     )
 
-    from ..plan._command import add_parser as add_plan
-
-    add_plan(commands)
+    p = commands.add_parser(
+        "plan",
+        help="capacity and cost planning: nodes, pod packing, $/hour",
+        description="Size the services of PLAN.yaml for their peak and average traffic from capacity per pod (a "
+        "configuration sweep's results or numbers by hand), pack the pods onto the node types on offer by their "
+        "Kubernetes requests, and compare the options side by side in $/hour and $/1M requests: cpu-only (before "
+        "a GPU move), monolith-per-gpu-node (the naive move), split-packed (logic and model apart, CPU pods on GPU "
+        "nodes' spare CPUs), shared-model-service. Exit status: 0 planned, 2 bad input (the message names the "
+        "service or field).",
+    )
+    p.add_argument("plan", nargs="?", type=Path, metavar="PLAN.yaml", help="the plan file (see --example)")
+    p.add_argument("--example", action="store_true", help="print the example plan file and exit")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON instead of the table")
+    p.add_argument("--summary", action="store_true", help="the options' table only, without replicas and nodes")
+    p.add_argument("--picture", type=Path, metavar="FILE.svg", help="write the options' nodes and pods as an SVG")
+    p.add_argument(
+        "--write-values",
+        type=Path,
+        metavar="DIR",
+        help="write DIR/<service>.yaml, helm/ml-service values of the split-packed option, per logic+model pair",
+    )
     return parser
 
 

@@ -1,40 +1,15 @@
-"""The ``logicd plan`` command: arguments in, table / JSON / picture / values out; exit 2 on bad input."""
+"""The ``logicd plan`` command: arguments in (parsed by ``logicd._cli._main``, so that other commands never
+import this package), table / JSON / picture / values out; exit 2 on bad input."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from . import PlanError, as_json, example_plan, plan_file, render_svg, render_text, write_values
 
-__all__ = ["add_parser", "command"]
-
-DESCRIPTION = (
-    "Size the services of PLAN.yaml for their peak and average traffic from capacity per pod (a configuration "
-    "sweep's results or numbers by hand), pack the pods onto the node types on offer by their Kubernetes "
-    "requests, and compare the options side by side in $/hour and $/1M requests: cpu-only (before a GPU move), "
-    "monolith-per-gpu-node (the naive move), split-packed (logic and model apart, CPU pods on GPU nodes' spare "
-    "CPUs), shared-model-service. Exit status: 0 planned, 2 bad input (the message names the service or field)."
-)
-
-
-def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = commands.add_parser(
-        "plan", help="capacity and cost planning: nodes, pod packing, $/hour", description=DESCRIPTION
-    )
-    p.add_argument("plan", nargs="?", type=Path, metavar="PLAN.yaml", help="the plan file (see --example)")
-    p.add_argument("--example", action="store_true", help="print the example plan file and exit")
-    p.add_argument("--json", action="store_true", help="print the plan as JSON instead of the table")
-    p.add_argument("--summary", action="store_true", help="the options' table only, without replicas and nodes")
-    p.add_argument("--picture", type=Path, metavar="FILE.svg", help="write the options' nodes and pods as an SVG")
-    p.add_argument(
-        "--write-values",
-        type=Path,
-        metavar="DIR",
-        help="write DIR/<service>.yaml, helm/ml-service values of the split-packed option, per logic+model pair",
-    )
+__all__ = ["command"]
 
 
 def command(args: argparse.Namespace) -> int:
