@@ -22,7 +22,17 @@ from ._capacity import Measured, resolve_capacity
 from ._pack import Node, NoFit, PodSpec, Shape, cheapest_packing, check_fits, shape_of
 from ._schema import Half, Plan, PlanError, Service, cpu_millis, format_cpu, format_memory, memory_bytes
 
-__all__ = ["OPTIONS", "Option", "Planned", "Resolved", "Sized", "plan_all", "replicas_for", "resolve"]
+__all__ = [
+    "OPTIONS",
+    "Option",
+    "Planned",
+    "Resolved",
+    "Sized",
+    "min_replicas_for",
+    "plan_all",
+    "replicas_for",
+    "resolve",
+]
 
 OPTIONS = {
     "cpu-only": "before: every half on CPU nodes, GPU models in their CPU variant",
@@ -159,13 +169,18 @@ def _average(svc: Service) -> float:
     return svc.peak_rps if svc.average_rps is None else svc.average_rps
 
 
+def min_replicas_for(plan: Plan, svc: Service) -> int:
+    """The service's replicas per half at least: its own ``min_replicas``, else the cluster's."""
+    return plan.cluster.min_replicas if svc.min_replicas is None else svc.min_replicas
+
+
 class _Builder:
     def __init__(self, plan: Plan) -> None:
         self.plan = plan
         self.headroom = plan.cluster.headroom
 
     def sized(self, svc: Service, pod: PodSpec, capacity: float) -> Sized:
-        floor = self.plan.cluster.min_replicas if svc.min_replicas is None else svc.min_replicas
+        floor = min_replicas_for(self.plan, svc)
         peak, avg = svc.peak_rps, _average(svc)
         return Sized(
             pod,

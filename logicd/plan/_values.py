@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from ._options import Planned, Sized
+from ._options import Planned, Sized, min_replicas_for
 from ._schema import format_cpu, format_memory
 
 __all__ = ["GPU_TOLERATION", "values_for", "write_values"]
@@ -46,7 +46,7 @@ def values_for(planned: Planned, service: str) -> dict[str, Any]:
     svc = resolved.service
     logic = next(d for d in option.deployments if d.pod.service == service and d.pod.half == "logic")
     model = next(d for d in option.deployments if d.pod.service == service and d.pod.half == "model")
-    floor = planned.plan.cluster.min_replicas if svc.min_replicas is None else svc.min_replicas
+    floor = min_replicas_for(planned.plan, svc)
     measured = resolved.halves["model"].capacity
     per_request = svc.model.inferences_per_request if svc.model is not None else 1.0
     p50 = measured.p50_ms if measured.p50_ms is not None else svc.latency_budget_ms / 2
