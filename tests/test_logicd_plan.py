@@ -331,16 +331,17 @@ def test_values_pass_the_chart_schema_and_render(example: Planned, tmp_path: Pat
     env.update(HELM_CONFIG_HOME=str(tmp_path / "c"), HELM_CACHE_HOME=str(tmp_path / "k"),
                HELM_DATA_HOME=str(tmp_path / "d"), KUBECONFIG=str(tmp_path / "none"))  # fmt: skip
     for name in ("doc-classifier", "pii-detect"):
+        v = values_for(example, name)
         values = tmp_path / f"{name}.yaml"
-        values.write_text(yaml.safe_dump(values_for(example, name)))
+        values.write_text(yaml.safe_dump(v))
         args = [helm, "template", name, str(CHART), "-f", str(values), "--set", "autoscaling.engine=keda"]
         done = subprocess.run(args, capture_output=True, text=True, timeout=60, env=env)
         assert done.returncode == 0, done.stderr
         docs = [d for d in yaml.safe_load_all(done.stdout) if d]
         model = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"].endswith("-model"))
         resources = model["spec"]["template"]["spec"]["containers"][0]["resources"]
-        assert resources["requests"] == values_for(example, name)["model"]["resources"]["requests"]
+        assert resources["requests"] == v["model"]["resources"]["requests"]
         scaled = [d for d in docs if d["kind"] == "ScaledObject"]
         assert {d["spec"]["maxReplicaCount"] for d in scaled} == {
-            values_for(example, name)[half]["autoscaling"]["maxReplicas"] for half in ("logic", "model")
+            v[half]["autoscaling"]["maxReplicas"] for half in ("logic", "model")
         }
