@@ -11,9 +11,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from modelsvc.protocol import (
     InferRequest,
@@ -37,6 +37,8 @@ from ._pb_response import (
     _response_from,
 )
 from ._pb_tensor import Tensor, _all_bytes, _bytes_array
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,15 +89,9 @@ class BLSRequest:
         if isinstance(prepared, InferenceResponse):
             return prepared
         binding, request = prepared
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is binding.loop:
-            return _failed(
-                "exec() cannot wait on the server's own event loop; use 'await request.async_exec()'",
-                TritonError.UNSUPPORTED,
-            )
+        refused = self._refuse_blocking(binding)
+        if refused is not None:
+            return refused
         future = asyncio.run_coroutine_threadsafe(
             binding.target.infer(self._model_name, self._version(), request), binding.loop
         )
@@ -123,11 +119,7 @@ class BLSRequest:
             return ready
         binding, request = prepared
         call = binding.target.infer(self._model_name, self._version(), request)
-        if here is binding.loop:
-            pending: asyncio.Future[InferResponse] = here.create_task(call)
-        else:
-            pending = asyncio.wrap_future(asyncio.run_coroutine_threadsafe(call, binding.loop), loop=here)
-        return here.create_task(self._finish(pending))
+        return here.create_task(self._finish(self._start(binding, call, here)))
 
     async def _finish(self, pending: asyncio.Future[InferResponse]) -> InferenceResponse:
         try:
@@ -145,6 +137,30 @@ class BLSRequest:
         except Exception as exc:
             return self._failure(exc)
         return _response_from(result)
+
+    @staticmethod
+    def _refuse_blocking(binding: _inprocess.Binding) -> InferenceResponse | None:
+        """The response that refuses a blocking ``exec()`` called on the server's own event loop (it would wait
+        on itself); None when called from any other thread."""
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is not binding.loop:
+            return None
+        return _failed(
+            "exec() cannot wait on the server's own event loop; use 'await request.async_exec()'",
+            TritonError.UNSUPPORTED,
+        )
+
+    @staticmethod
+    def _start(
+        binding: _inprocess.Binding, call: Coroutine[Any, Any, T], here: asyncio.AbstractEventLoop
+    ) -> asyncio.Future[T]:
+        """Start ``call`` on the server's loop; a future of its result on ``here``, the caller's loop."""
+        if here is binding.loop:
+            return here.create_task(call)
+        return asyncio.wrap_future(asyncio.run_coroutine_threadsafe(call, binding.loop), loop=here)
 
     def _version(self) -> str | None:
         return None if self._model_version < 0 else str(self._model_version)

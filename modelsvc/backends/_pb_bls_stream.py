@@ -21,8 +21,8 @@ from typing import Any
 
 from modelsvc.protocol import InferResponse, ModelsvcError
 
-from ._pb_errors import TritonError, _triton_from_error
-from ._pb_response import InferenceResponse, _failed, _response_from
+from ._pb_errors import _triton_from_error
+from ._pb_response import InferenceResponse, _response_from
 
 _END: Any = object()
 
@@ -33,19 +33,9 @@ def stream_exec(request: Any) -> Iterator[InferenceResponse]:
     if isinstance(prepared, InferenceResponse):
         return iter([prepared])
     binding, wire = prepared
-    try:
-        running = asyncio.get_running_loop()
-    except RuntimeError:
-        running = None
-    if running is binding.loop:
-        return iter(
-            [
-                _failed(
-                    "exec() cannot wait on the server's own event loop; use 'await request.async_exec()'",
-                    TritonError.UNSUPPORTED,
-                )
-            ]
-        )
+    refused = request._refuse_blocking(binding)
+    if refused is not None:
+        return iter([refused])
     arrived: queue.SimpleQueue[Any] = queue.SimpleQueue()
     pump = asyncio.run_coroutine_threadsafe(_pump(request, binding.target, wire, arrived.put), binding.loop)
     return _ResponseIterator(request, arrived, pump)
@@ -60,12 +50,7 @@ def stream_async_exec(request: Any, here: asyncio.AbstractEventLoop) -> asyncio.
         return ready
     binding, wire = prepared
     collected: list[Any] = []
-    call = _pump(request, binding.target, wire, collected.append)
-    pending: asyncio.Future[None]
-    if here is binding.loop:
-        pending = here.create_task(call)
-    else:
-        pending = asyncio.wrap_future(asyncio.run_coroutine_threadsafe(call, binding.loop), loop=here)
+    pending = request._start(binding, _pump(request, binding.target, wire, collected.append), here)
 
     async def finish() -> Iterator[InferenceResponse]:
         try:
