@@ -44,7 +44,7 @@ from ._docs import close_unknown_fields, docs_handlers, openapi_config, problem_
 from ._infer import Padding
 from ._metrics import Metrics
 from ._model_client import ReplicaCollector, model_client
-from ._problems import ServiceError, _phrase, client_error_status
+from ._problems import ServiceError, client_error_status, problem
 from ._service import Route, Service
 from .text import Chunker, TokenizerPool, load_tokenizer
 
@@ -181,7 +181,7 @@ def _problem(
     title: str | None = None,
     **extra: Any,
 ) -> Response[Any]:
-    body = {"type": "about:blank", "title": title or _phrase(status), "status": status, "detail": detail}
+    body = problem(status, detail, title=title)
     body["instance"] = request.url.path
     body.update({k: v for k, v in extra.items() if v is not None})
     return Response(body, status_code=status, media_type=PROBLEM, headers=headers)

@@ -24,6 +24,11 @@ def _phrase(status: int) -> str:
         return "Client Error" if 400 <= status < 500 else "Error"
 
 
+def problem(status: int, detail: str, *, title: str | None = None) -> dict[str, object]:
+    """The RFC 9457 problem object (``type``, ``title``, ``status``, ``detail``) of an error answer."""
+    return {"type": "about:blank", "title": title or _phrase(status), "status": status, "detail": detail}
+
+
 class ServiceError(Exception):
     """Raise from a handler to answer with a problem+json of your choosing (4xx for the caller's mistakes)."""
 

@@ -24,7 +24,7 @@ from litestar.response.sse import ServerSentEventMessage
 
 from modelsvc.client import AsyncClient, ClientError, InferResult, StreamError
 
-from ._problems import _phrase, client_error_status
+from ._problems import client_error_status, problem
 
 __all__ = ["Render", "default_render", "stream_events"]
 
@@ -81,8 +81,7 @@ async def stream_events(
             status, detail, _ = client_error_status(exc)
             if isinstance(exc, StreamError):  # the model's own error, sent in its stream: the caller may read it
                 detail = f"the model failed mid-stream: {exc.message}"
-            problem = {"type": "about:blank", "title": _phrase(status), "status": status, "detail": detail}
-            yield ServerSentEventMessage(data=msgspec.json.encode(problem).decode(), event="error")
+            yield ServerSentEventMessage(data=msgspec.json.encode(problem(status, detail)).decode(), event="error")
         finally:
             responses.cancel()  # the caller left (or the stream ended: then nothing happens)
 
