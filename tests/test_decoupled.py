@@ -212,8 +212,8 @@ def test_sending_after_the_final_flag_raises_tritons_error(server: ModelsvcProce
     finally:
         stream.close()
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and not record.exists():
-        time.sleep(0.05)
+    while time.monotonic() < deadline and not (record.exists() and record.read_text().endswith("\n")):
+        time.sleep(0.05)  # the file exists from the model's open(), before its line is written
     assert record.read_text() == CLOSED + "\n"
 
 
