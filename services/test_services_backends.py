@@ -19,7 +19,7 @@ def _repository(tmp_path: Path, backend: str) -> Path:
     swapped as services.build does), not yet holding a model file."""
     repository = tmp_path / "model_repository"
     (repository / build.MODEL_NAME / "1").mkdir(parents=True)
-    committed = build.config_file(build.SERVICES[0]).read_text(encoding="utf-8")
+    committed = build.source_config(build.SERVICES[0]).read_text(encoding="utf-8")
     config = build.config_text(committed, backend, "fp32")
     if backend == "openvino":  # the ONNX file as it is: OpenVINO reads ONNX Runtime's fused operators
         config += 'default_model_filename: "model.onnx"\n'
