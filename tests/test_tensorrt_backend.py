@@ -8,7 +8,7 @@ they skip with the reason where TensorRT or a GPU is missing.
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -255,9 +255,12 @@ class FakeEngine:
         self.closed = False
         OPENED.append(self)
 
-    def infer(self, feeds: Mapping[str, np.ndarray[Any, Any]]) -> dict[str, np.ndarray[Any, Any]]:
+    def infer(
+        self, feeds: Mapping[str, np.ndarray[Any, Any]], outputs: Sequence[str] | None = None
+    ) -> dict[str, np.ndarray[Any, Any]]:
         self.fed.append(feeds)
         ids = feeds["input_ids"]
+        assert not outputs or list(outputs) == ["logits"]
         return {"logits": np.zeros((*ids.shape, 2), np.float32) + 1}
 
     def close(self) -> None:

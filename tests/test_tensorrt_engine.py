@@ -1,7 +1,8 @@
 """The GPU-only module of the tensorrt backend (``_tensorrt_engine``: ``PlanEngine``, ``describe_engine``).
 
 Here, without TensorRT or a GPU, it runs against a stand-in of ``tensorrt`` and ``cuda.bindings.runtime``
-(host memory behind the "device" pointers, an add/sub engine with a data-dependent output): that checks our
+(``tests._trt_standin``: host memory behind the "device" pointers, an add/sub engine with a data-dependent
+output; the known faults have their tests in ``test_tensorrt_engine_faults``): that checks our
 logic (buffers grown and reused, copies, the output allocator, profile selection, freeing everything on close,
 the deserialization message), not TensorRT's API. With TensorRT and a GPU (``-m gpu``) the same code runs on
 tiny plans built with TensorRT's builder from the ONNX models of ``modelsvc.tools.onnx_models``, directly and
@@ -10,12 +11,7 @@ served through tritonclient.
 
 from __future__ import annotations
 
-import ctypes
-import enum
-import importlib
 import importlib.util
-import sys
-import types
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,227 +27,18 @@ from modelsvc.backends._devices import visible_gpus
 from modelsvc.protocol import InvalidArgument
 from modelsvc.tools import onnx_models as om
 from tests._server import ModelsvcProcess
+from tests._trt_standin import Memory, engine_module
 from tests.conftest import infer_input
 from tests.test_tensorrt_backend import parse
 
 Ranges = dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]
-ENGINE_MODULE = "modelsvc.backends._tensorrt_engine"
-
-# --- a stand-in of tensorrt and cudart --------------------------------------------------------------------------
-
-
-class Memory:
-    """What the stand-in cudart allocated and freed, with real host addresses behind every pointer."""
-
-    def __init__(self) -> None:
-        self.device: dict[int, Any] = {}
-        self.host: dict[int, Any] = {}
-        self.mallocs = 0
-        self.calls: list[tuple[str, Any]] = []
-
-
-def _view(address: int, shape: tuple[int, ...], dtype: Any) -> np.ndarray[Any, Any]:
-    count = int(np.prod(shape)) * np.dtype(dtype).itemsize
-    array: np.ndarray[Any, Any] = np.frombuffer(memoryview((ctypes.c_char * count).from_address(address)), dtype)
-    return array.reshape(shape)
-
-
-def standin_cudart(memory: Memory) -> types.ModuleType:
-    rt = types.ModuleType("cuda.bindings.runtime")
-    ok: Any = enum.Enum("ok", {"cudaSuccess": 0, "cudaErrorMemoryAllocation": 2})
-    vars(rt)["cudaError_t"] = ok
-    vars(rt)["cudaMemcpyKind"] = enum.Enum("cudaMemcpyKind", {"cudaMemcpyHostToDevice": 1, "cudaMemcpyDeviceToHost": 2})
-    vars(rt)["cudaDeviceAttr"] = enum.Enum(
-        "cudaDeviceAttr", {"cudaDevAttrComputeCapabilityMajor": 75, "cudaDevAttrComputeCapabilityMinor": 76}
-    )
-    success = ok.cudaSuccess
-
-    def alloc(table: dict[int, Any]) -> Any:
-        def malloc(size: int) -> tuple[Any, int]:
-            buffer = ctypes.create_string_buffer(size)
-            table[ctypes.addressof(buffer)] = buffer
-            memory.mallocs += 1
-            return success, ctypes.addressof(buffer)
-
-        return malloc
-
-    def free(table: dict[int, Any]) -> Any:
-        def release(ptr: int) -> tuple[Any]:
-            del table[ptr]  # a double free or a foreign pointer fails the test
-            return (success,)
-
-        return release
-
-    class Stream:
-        def __int__(self) -> int:
-            return 4242
-
-    def record(name: str, result: Any = None) -> Any:
-        def call(*args: Any) -> Any:
-            memory.calls.append((name, args))
-            return (success,) if result is None else (success, result)
-
-        return call
-
-    def memcpy(dst: int, src: int, count: int, kind: Any, stream: Any) -> tuple[Any]:
-        ctypes.memmove(dst, src, count)
-        memory.calls.append(("cudaMemcpyAsync", (kind.name, count)))
-        return (success,)
-
-    vars(rt)["cudaMalloc"] = alloc(memory.device)
-    vars(rt)["cudaMallocHost"] = alloc(memory.host)
-    vars(rt)["cudaFree"] = free(memory.device)
-    vars(rt)["cudaFreeHost"] = free(memory.host)
-    vars(rt)["cudaMemcpyAsync"] = memcpy
-    vars(rt)["cudaSetDevice"] = record("cudaSetDevice")
-    vars(rt)["cudaStreamCreate"] = record("cudaStreamCreate", Stream())
-    vars(rt)["cudaStreamSynchronize"] = record("cudaStreamSynchronize")
-    vars(rt)["cudaStreamDestroy"] = record("cudaStreamDestroy")
-    vars(rt)["cudaDeviceGetAttribute"] = lambda attr, device: (success, 9 if attr.value == 75 else 0)
-    vars(rt)["cudaGetErrorName"] = lambda err: (success, err.name.encode())
-    return rt
-
-
-class Severity(enum.Enum):
-    INTERNAL_ERROR = 0
-    ERROR = 1
-    WARNING = 2
-    INFO = 3
-
-
-class ILogger:
-    Severity = Severity
-
-    def __init__(self) -> None:
-        pass
-
-
-class IOutputAllocator:
-    def __init__(self) -> None:
-        pass
-
-
-TensorIOMode = enum.Enum("TensorIOMode", ["INPUT", "OUTPUT"])
-DataType = enum.Enum("DataType", ["FLOAT", "INT64"])
-#: name -> (mode, dtype, engine shape); NONZERO (indices of INPUT0's positive elements) depends on the data
-TENSORS = {
-    "INPUT0": (TensorIOMode.INPUT, DataType.FLOAT, (-1, -1)),
-    "INPUT1": (TensorIOMode.INPUT, DataType.FLOAT, (-1, -1)),
-    "OUTPUT0": (TensorIOMode.OUTPUT, DataType.FLOAT, (-1, -1)),
-    "NONZERO": (TensorIOMode.OUTPUT, DataType.INT64, (-1,)),
-}
-PROFILES = [((1, 1), (4, 8), (8, 64)), ((1, 1), (1, 4), (2, 4))]
-
-
-class Context:
-    def __init__(self, memory: Memory) -> None:
-        self.memory = memory
-        self.shapes: dict[str, tuple[int, ...]] = {}
-        self.addresses: dict[str, int] = {}
-        self.allocators: dict[str, Any] = {}
-
-    def set_optimization_profile_async(self, profile: int, stream: int) -> bool:
-        self.memory.calls.append(("set_optimization_profile_async", (profile, stream)))
-        return True
-
-    def set_input_shape(self, name: str, shape: Any) -> bool:
-        self.shapes[name] = tuple(shape)
-        return True
-
-    def get_tensor_shape(self, name: str) -> tuple[int, ...]:
-        if name == "OUTPUT0":
-            return self.shapes.get("INPUT0", (-1, -1))
-        return self.shapes.get(name, TENSORS[name][2])
-
-    def set_tensor_address(self, name: str, address: int) -> None:
-        self.addresses[name] = address
-
-    def set_output_allocator(self, name: str, allocator: Any) -> None:
-        self.allocators[name] = allocator
-
-    def execute_async_v3(self, stream: int) -> bool:
-        a = _view(self.addresses["INPUT0"], self.shapes["INPUT0"], np.float32)
-        b = _view(self.addresses["INPUT1"], self.shapes["INPUT1"], np.float32)
-        np.copyto(_view(self.addresses["OUTPUT0"], a.shape, np.float32), a + b)
-        nonzero = np.flatnonzero(a > 0).astype(np.int64)
-        allocator = self.allocators["NONZERO"]
-        address = allocator.reallocate_output_async("NONZERO", 0, nonzero.nbytes, 256, stream)
-        np.copyto(_view(address, nonzero.shape, np.int64), nonzero)
-        allocator.notify_shape("NONZERO", nonzero.shape)
-        return True
-
-
-class Engine:
-    num_io_tensors = len(TENSORS)
-    num_optimization_profiles = len(PROFILES)
-
-    def __init__(self, memory: Memory) -> None:
-        self.memory = memory
-
-    def get_tensor_name(self, index: int) -> str:
-        return list(TENSORS)[index]
-
-    def get_tensor_mode(self, name: str) -> Any:
-        return TENSORS[name][0]
-
-    def get_tensor_dtype(self, name: str) -> Any:
-        return TENSORS[name][1]
-
-    def get_tensor_shape(self, name: str) -> tuple[int, ...]:
-        return TENSORS[name][2]
-
-    def get_tensor_profile_shape(self, name: str, profile: int) -> list[tuple[int, ...]]:
-        return list(PROFILES[profile])
-
-    def create_execution_context(self) -> Context:
-        return Context(self.memory)
-
-
-def standin_tensorrt(memory: Memory) -> types.ModuleType:
-    trt = types.ModuleType("tensorrt")
-    vars(trt)["__version__"] = "10.99-standin"
-
-    class Runtime:
-        def __init__(self, logger: Any) -> None:
-            self.logger = logger
-
-        def deserialize_cuda_engine(self, plan: bytes) -> Engine | None:
-            if plan == b"standin":
-                return Engine(memory)
-            self.logger.log(
-                Severity.ERROR,
-                "The engine plan file is not compatible with this version of TensorRT, expecting library version "
-                "10.99 got 8.6.1.6, please rebuild.",
-            )
-            return None
-
-    for name, value in {
-        "Runtime": Runtime,
-        "ILogger": ILogger,
-        "IOutputAllocator": IOutputAllocator,
-        "TensorIOMode": TensorIOMode,
-    }.items():
-        setattr(trt, name, value)
-    return trt
 
 
 @pytest.fixture
 def standin(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, Memory]]:
-    """``_tensorrt_engine`` imported against the stand-ins; removed again afterwards."""
-    memory = Memory()
-    rt = standin_cudart(memory)
-    cuda, bindings = types.ModuleType("cuda"), types.ModuleType("cuda.bindings")
-    vars(bindings)["runtime"] = rt
-    vars(cuda)["bindings"] = bindings
-    for name, module in {"tensorrt": standin_tensorrt(memory), "cuda": cuda, "cuda.bindings": bindings}.items():
-        monkeypatch.setitem(sys.modules, name, module)
-    monkeypatch.setitem(sys.modules, "cuda.bindings.runtime", rt)
-    sys.modules.pop(ENGINE_MODULE, None)
-    try:
-        yield importlib.import_module(ENGINE_MODULE), memory
-    finally:
-        sys.modules.pop(ENGINE_MODULE, None)
-        vars(modelsvc.backends).pop("_tensorrt_engine", None)
+    """``_tensorrt_engine`` imported against the stand-ins of ``tests._trt_standin``; removed again afterwards."""
+    with engine_module(monkeypatch) as loaded:
+        yield loaded
 
 
 SHAPES = [(2, 3), (8, 64), (1, 5)]
@@ -359,6 +146,9 @@ def build_plan(model: Any, profiles: list[Ranges]) -> bytes:
         errors = [str(parser.get_error(i)) for i in range(parser.num_errors)]
         raise AssertionError(f"TensorRT's ONNX parser failed: {errors}")
     config = builder.create_builder_config()
+    tf32 = getattr(trt.BuilderFlag, "TF32", None)
+    if tf32 is not None:  # on by default: fp32 layers would run in TF32, while the tests compare at 1e-4 or closer
+        config.clear_flag(tf32)
     for ranges in profiles:
         profile = builder.create_optimization_profile()
         for name, (low, opt, high) in ranges.items():

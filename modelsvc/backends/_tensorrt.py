@@ -35,7 +35,9 @@ class Engine(Protocol):
 
     description: EngineDescription
 
-    def infer(self, feeds: Mapping[str, np.ndarray[Any, Any]]) -> dict[str, np.ndarray[Any, Any]]: ...
+    def infer(
+        self, feeds: Mapping[str, np.ndarray[Any, Any]], outputs: Sequence[str] | None = None
+    ) -> dict[str, np.ndarray[Any, Any]]: ...
 
     def close(self) -> None: ...
 
@@ -58,19 +60,19 @@ class TensorRTInstance:
         self._lock = threading.Lock()
 
     def execute(self, inputs: Arrays, output_names: Sequence[str]) -> Arrays:
-        """Check the shapes against the profile, run the engine; ``output_names`` empty means every output."""
+        """Check the shapes against the profile, run the engine; ``output_names`` empty means every output. Only the
+        outputs asked for are copied from the GPU (the engine binds every output, copies back those)."""
         engine = self._engine
         if engine is None:
             raise Unavailable(f"model instance '{self.name}' is closed")
         check_request_shapes(self.model, self.profile, self._ranges, {k: v.shape for k, v in inputs.items()})
         try:
             with self._lock:
-                results = engine.infer(inputs)
+                return engine.infer(inputs, list(output_names))
         except ValueError as exc:
             raise InvalidArgument(f"model '{self.model}': {exc}") from exc
         except RuntimeError as exc:
             raise InternalError(f"tensorrt error in instance '{self.name}': {exc}") from exc
-        return {name: results[name] for name in (list(output_names) or list(results))}
 
     def close(self) -> None:
         engine, self._engine = self._engine, None

@@ -11,8 +11,7 @@ import contextlib
 import ctypes
 import logging
 import threading
-from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -20,6 +19,7 @@ import tensorrt as trt
 from cuda.bindings import runtime as cudart
 
 from ._base import ModelLoadError
+from ._tensorrt_logger import capture, shared_logger
 from ._tensorrt_spec import (
     EngineDescription,
     EngineProfile,
@@ -41,6 +41,7 @@ _NUMPY = {
     "TYPE_BOOL": np.bool_,
 }
 _MIN_BYTES = 256
+INSTALL_HINT = "pip install 'modelsvc[tensorrt]'"
 
 
 def _check(result: Any) -> Any:
@@ -56,8 +57,13 @@ def _check(result: Any) -> Any:
 
 def _numpy_dtype(tensor: EngineTensor) -> Any:
     if tensor.datatype == "TYPE_BF16":
-        import ml_dtypes
-
+        try:
+            import ml_dtypes
+        except ImportError:
+            raise ModelLoadError(
+                f"tensor '{tensor.name}' is BF16, which needs ml_dtypes (numpy's bfloat16), not installed: "
+                f"{INSTALL_HINT}"
+            ) from None
         return np.dtype(ml_dtypes.bfloat16)
     if tensor.datatype not in _NUMPY:
         raise ModelLoadError(f"tensor '{tensor.name}' has TensorRT type {tensor.datatype}, which modelsvc cannot serve")
@@ -90,23 +96,6 @@ def describe_engine(engine: Any) -> EngineDescription:
                 shapes[tensor.name] = (tensor.dims, tensor.dims, tensor.dims)
         profiles.append(EngineProfile(shapes))
     return EngineDescription(tuple(tensors), tuple(profiles), str(trt.__version__))
-
-
-class _Logger(trt.ILogger):  # type: ignore[misc]
-    """TensorRT's log into Python logging; the last errors are kept for the deserialization message."""
-
-    def __init__(self) -> None:
-        trt.ILogger.__init__(self)
-        self.errors: deque[str] = deque(maxlen=20)
-
-    def log(self, severity: Any, msg: str) -> None:
-        if severity in (trt.ILogger.Severity.INTERNAL_ERROR, trt.ILogger.Severity.ERROR):
-            self.errors.append(msg)
-            logger.error("TensorRT: %s", msg)
-        elif severity == trt.ILogger.Severity.WARNING:
-            logger.warning("TensorRT: %s", msg)
-        else:
-            logger.debug("TensorRT: %s", msg)
 
 
 class _DeviceBuffer:
@@ -185,9 +174,10 @@ class PlanEngine:
         self._gpu: dict[str, _DeviceBuffer] = {}
         self._allocators: dict[str, _OutputAllocator] = {}
         _check(cudart.cudaSetDevice(device))
-        self._logger = _Logger()
-        self._runtime = trt.Runtime(self._logger)
-        engine = self._runtime.deserialize_cuda_engine(plan)
+        self._logger = shared_logger(trt)  # the process's one logger (_tensorrt_logger): TensorRT keeps only one
+        with capture() as log:
+            self._runtime = trt.Runtime(self._logger)
+            engine = self._runtime.deserialize_cuda_engine(plan)
         if engine is None:
             major = _check(
                 cudart.cudaDeviceGetAttribute(cudart.cudaDeviceAttr.cudaDevAttrComputeCapabilityMajor, device)
@@ -200,7 +190,7 @@ class PlanEngine:
                     trt_version=str(trt.__version__),
                     device=device,
                     compute_capability=(int(major), int(minor)),
-                    log=list(self._logger.errors),
+                    log=log.errors[-20:],
                 )
             )
         self._engine = engine
@@ -211,14 +201,26 @@ class PlanEngine:
             )
         self.profile = profile
         self._dtypes = {t.name: _numpy_dtype(t) for t in self.description.tensors}
-        context = engine.create_execution_context()
+        with capture() as log:
+            context = engine.create_execution_context()
         if context is None:
-            raise ModelLoadError(f"TensorRT could not create an execution context on GPU {device} (out of memory?)")
+            raise ModelLoadError(
+                f"TensorRT could not create an execution context on GPU {device} (out of memory?){_said(log.errors)}"
+            )
         self._context = context
+        # plans are built with DETAILED profiling verbosity (for the inspector); NVTX ranges that detailed slow
+        # every enqueueV3 down, and a served engine needs only the layer names
+        context.nvtx_verbosity = trt.ProfilingVerbosity.LAYER_NAMES_ONLY
         self._stream = _check(cudart.cudaStreamCreate())
         self._stream_handle = int(self._stream)
-        if not context.set_optimization_profile_async(profile, self._stream_handle):
-            raise ModelLoadError(f"TensorRT could not select optimization profile {profile}")
+        try:
+            with capture() as log:
+                context.set_optimization_profile_async(profile, self._stream_handle)  # raises, never returns False
+        except RuntimeError as exc:
+            self.close()
+            raise ModelLoadError(
+                f"TensorRT could not select optimization profile {profile}: {exc}{_said(log.errors)}"
+            ) from None
         _check(cudart.cudaStreamSynchronize(self._stream))
         # outputs whose shape stays unknown once the inputs' shapes are set depend on the data: allocator
         for name, (_, opt, _) in self.description.profiles[profile].shapes.items():
@@ -228,11 +230,16 @@ class PlanEngine:
                 allocator = self._allocators[tensor.name] = _OutputAllocator()
                 context.set_output_allocator(tensor.name, allocator)
 
-    def infer(self, feeds: Mapping[str, np.ndarray[Any, Any]]) -> dict[str, np.ndarray[Any, Any]]:
-        """Run the engine on ``feeds`` (every input, by name); every output, as new numpy arrays."""
+    def infer(
+        self, feeds: Mapping[str, np.ndarray[Any, Any]], outputs: Sequence[str] | None = None
+    ) -> dict[str, np.ndarray[Any, Any]]:
+        """Run the engine on ``feeds`` (every input, by name); the ``outputs`` asked for (None or empty: every
+        output) as new numpy arrays. Every output has its device buffer (TensorRT writes them all), but only those
+        asked for are copied to the host, each straight into the array returned."""
         with self._lock:
             if self._closed:
                 raise RuntimeError("the plan engine is closed")
+            wanted = self._wanted(outputs)
             _check(cudart.cudaSetDevice(self._device))
             context, stream = self._context, self._stream
             for tensor in self.description.inputs:
@@ -256,24 +263,33 @@ class PlanEngine:
                 context.set_tensor_address(
                     tensor.name, self._gpu.setdefault(tensor.name, _DeviceBuffer()).ensure(nbytes)
                 )
-            if not context.execute_async_v3(self._stream_handle):
+            with capture() as log:
+                ran = context.execute_async_v3(self._stream_handle)
+            if not ran:
                 _check(cudart.cudaStreamSynchronize(stream))
-                raise RuntimeError("TensorRT execute_async_v3 failed: " + " | ".join(list(self._logger.errors)[-3:]))
-            staged = {}
-            for tensor in self.description.outputs:
-                allocator = self._allocators.get(tensor.name)
+                raise RuntimeError("TensorRT execute_async_v3 failed" + _said(log.errors[-3:]))
+            results: dict[str, np.ndarray[Any, Any]] = {}
+            for name in wanted:
+                allocator = self._allocators.get(name)
                 if allocator is not None:  # TensorRT reports the shape before execute_async_v3 returns
-                    shapes[tensor.name] = allocator.shape
+                    shapes[name] = allocator.shape
                     source = allocator.buffer.ptr
                 else:
-                    source = self._gpu[tensor.name].ptr
-                nbytes = int(np.prod(shapes[tensor.name])) * self._dtypes[tensor.name].itemsize
-                host = self._host.setdefault(tensor.name, _HostBuffer()).ensure(nbytes)
-                if nbytes:
-                    _check(cudart.cudaMemcpyAsync(host.ctypes.data, source, nbytes, _D2H, stream))
-                staged[tensor.name] = host
+                    source = self._gpu[name].ptr
+                result = results[name] = np.empty(shapes[name], self._dtypes[name])
+                if result.nbytes:
+                    _check(cudart.cudaMemcpyAsync(result.ctypes.data, source, result.nbytes, _D2H, stream))
             _check(cudart.cudaStreamSynchronize(stream))
-            return {name: host.view(self._dtypes[name]).reshape(shapes[name]).copy() for name, host in staged.items()}
+            return results
+
+    def _wanted(self, outputs: Sequence[str] | None) -> list[str]:
+        names = [t.name for t in self.description.outputs]
+        if not outputs:
+            return names
+        unknown = [name for name in outputs if name not in names]
+        if unknown:
+            raise ValueError(f"the engine has no output {', '.join(map(repr, unknown))} (it has {', '.join(names)})")
+        return list(dict.fromkeys(outputs))
 
     def close(self) -> None:
         """Free the buffers, the stream, the context and the engine (idempotent)."""
@@ -300,6 +316,11 @@ class PlanEngine:
         if not getattr(self, "_closed", True):
             with contextlib.suppress(Exception):  # interpreter shutdown: CUDA may be gone already
                 self.close()
+
+
+def _said(errors: Sequence[str]) -> str:
+    """TensorRT's own errors, as the end of a message."""
+    return ": " + " | ".join(errors) if errors else ""
 
 
 _H2D = cudart.cudaMemcpyKind.cudaMemcpyHostToDevice
