@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from ...backends import _tensorrt_logger as tensorrt_logger
 from ._errors import TENSORRT_EXTRA, BuildError, BuildUsageError
 from ._shapes import Profile, Shape, format_shape
 
@@ -100,17 +101,9 @@ def _cuda_check(cudart: Any, result: Any) -> Any:
 
 
 def _logger(trt: Any, errors: list[str], warnings: list[str]) -> Any:
-    class _Collecting(trt.ILogger):  # type: ignore[misc]
-        def __init__(self) -> None:
-            trt.ILogger.__init__(self)
-
-        def log(self, severity: Any, msg: str) -> None:
-            if severity in (trt.ILogger.Severity.ERROR, trt.ILogger.Severity.INTERNAL_ERROR):
-                errors.append(str(msg))
-            elif severity == trt.ILogger.Severity.WARNING:
-                warnings.append(str(msg))
-
-    return _Collecting()
+    """The process's one TensorRT logger (TensorRT keeps a single one: ``modelsvc.backends._tensorrt_logger``),
+    collecting what TensorRT logs during this ``build_serialized`` call into ``errors`` and ``warnings``."""
+    return tensorrt_logger.collect(trt, errors, warnings)
 
 
 def _parse(trt: Any, builder: Any, logger: Any, onnx_path: Path) -> tuple[Any, Any]:
@@ -243,6 +236,7 @@ def _calibration_profile(builder: Any, settings: BuilderSettings, profiles: Sequ
     return profile
 
 
+@tensorrt_logger.scoped
 def build_serialized(
     onnx_path: Path, profiles: Sequence[Profile], settings: BuilderSettings, log: Callable[[str], None]
 ) -> BuiltPlan:
