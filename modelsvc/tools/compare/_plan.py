@@ -55,6 +55,8 @@ class PlanRunner:
             raise
         except ModelLoadError as exc:  # not a plan, a plan of another TensorRT or GPU, no such profile
             raise SourceError(f"{self.source}: {exc}") from None
+        except RuntimeError as exc:  # TensorRT's bindings and cudart raise it (no such GPU, out of memory)
+            raise SourceError(f"{self.source}: cannot open the plan on GPU {device}: {exc}") from None
         description = self._engine.description
         self.inputs: list[TensorDecl] = [
             TensorDecl(t.name, _wire(self.source, t.name, t.datatype), tuple(t.dims))
