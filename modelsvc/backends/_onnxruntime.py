@@ -71,6 +71,7 @@ from ._onnxruntime_options import (
     _check_cpu_accelerators,
     _run_options,
     _session_options,
+    preload_cuda_libraries,
 )
 
 logger = logging.getLogger("modelsvc.backends.onnxruntime")
@@ -305,6 +306,8 @@ class OnnxRuntimeBackend:
     ) -> OnnxRuntimeInstance:
         wants_trt = gpu is not None and accelerators.tensorrt is not None
         providers: list[ProviderSpec] = [_CPU] if gpu is None else gpu_providers(accelerators, gpu)
+        if gpu is not None and _CUDA in ort.get_available_providers():
+            preload_cuda_libraries()
         try:
             session = ort.InferenceSession(str(artifact), options, providers=_available(providers))
         except Exception as exc:

@@ -5,11 +5,16 @@ value is a ModelLoadError naming the key."""
 
 from __future__ import annotations
 
+import logging
+import threading
+
 import onnxruntime as ort
 
 from ._base import ModelConfig, ModelLoadError
 from ._onnxruntime_gpu import FALSE, TRUE, ProviderSpec, gpu_accelerators
 from ._onnxruntime_gpu import providers as gpu_providers
+
+logger = logging.getLogger("modelsvc.backends.onnxruntime")
 
 _GRAPH_LEVELS = {
     -1: ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
@@ -104,3 +109,26 @@ def _available(providers: list[ProviderSpec]) -> list[ProviderSpec]:
     # ORT warns (a Python warning) about providers its build lacks; leave those out ourselves.
     available = set(ort.get_available_providers())
     return [p for p in providers if (p if isinstance(p, str) else p[0]) in available]
+
+
+_preload_lock = threading.Lock()
+_preloaded = False
+
+
+def preload_cuda_libraries() -> None:
+    """Load the CUDA and cuDNN libraries that ONNX Runtime's CUDA provider needs, once per process, before the
+    first session that asks for it: in an environment made with pip alone they exist only as nvidia-* wheels, where
+    the provider does not look, and ONNX Runtime then runs on the CPU without a word. ``onnxruntime.preload_dlls``
+    (ORT 1.21+) finds them (torch's, the nvidia-* wheels', the system's); an older ORT has none (nothing done)."""
+    global _preloaded
+    with _preload_lock:
+        if _preloaded:
+            return
+        _preloaded = True
+        preload = getattr(ort, "preload_dlls", None)
+        if preload is None:
+            return
+        try:
+            preload()
+        except Exception as exc:  # a library that does not load: the session says which provider it got
+            logger.warning("onnxruntime.preload_dlls() failed (%s); the CUDA provider may not load", exc)
