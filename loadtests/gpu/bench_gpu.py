@@ -7,10 +7,11 @@
 For each model and each batch x tokens cell (batch 1, 8, 32, 64 x 128, 512 tokens by default):
 
 - **TensorRT (in-process)**: ``modelsvc.backends._tensorrt_engine.PlanEngine(plan, device=0, profile=0)``,
-  ``infer(feeds)`` from numpy to numpy (host to device copies, the run, every output copied back);
+  ``infer(feeds, outputs)`` from numpy to numpy (host to device copies, the run, the outputs asked for copied
+  back);
 - **ONNX Runtime CUDA**: an ``InferenceSession`` of the same ONNX file on ``CUDAExecutionProvider``, converted to
   fp16 (inputs and outputs kept: ``keep_io_types``) like the fp16 plan, or fp32 where that conversion fails
-  (the header says which); fetching every output too;
+  (the header says which); fetching the same outputs;
 - **served plan**: the plan served by ``modelsvc serve`` (``served=NAME``, default the model's name), tritonclient
   HTTP with binary tensors, ``concurrency`` requests in flight from as many threads (enough to fill the dynamic
   batcher's batches: 2 x max_batch_size / batch, 4 to 64), asking for ``sentence_embedding`` where the model has it.
@@ -44,6 +45,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from ._ort_cuda import onnx_io, ort_cuda_session
 
 BATCHES = (1, 8, 32, 64)
 TOKENS = (128, 512)
@@ -251,45 +254,6 @@ def make_feeds(inputs: Mapping[str, Any], batch: int, tokens: int, seed: int = 0
     return feeds
 
 
-def _onnx_inputs(session: Any) -> dict[str, Any]:
-    import numpy as np
-
-    kinds = {"tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(float)": np.float32}
-    return {i.name: kinds.get(i.type, np.int64) for i in session.get_inputs()}
-
-
-def ort_cuda_session(onnx_path: Path) -> tuple[Any, str]:
-    """An fp16 (else fp32) ONNX Runtime session on CUDAExecutionProvider; raises when CUDA is not what runs it."""
-    import onnxruntime as ort
-
-    if "CUDAExecutionProvider" not in ort.get_available_providers():  # the CPU build: ORT would warn, then fall back
-        raise RuntimeError(
-            f"ONNX Runtime {ort.__version__} has {ort.get_available_providers()} (no CUDAExecutionProvider): its CUDA "
-            "libraries did not load, or this is the CPU build; install onnxruntime-gpu with the CUDA and cuDNN its "
-            "release needs"
-        )
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    providers = [("CUDAExecutionProvider", {"device_id": 0}), "CPUExecutionProvider"]
-    precision = "fp32"
-    model: bytes | str = str(onnx_path)
-    try:
-        import onnx
-        from onnxruntime.transformers.float16 import convert_float_to_float16
-
-        model = convert_float_to_float16(onnx.load(str(onnx_path)), keep_io_types=True).SerializeToString()
-        precision = "fp16"
-    except Exception as exc:  # the fp32 graph still measures ONNX Runtime on CUDA; the header says fp32
-        print(f"bench_gpu: {onnx_path}: no fp16 conversion ({exc}); ONNX Runtime runs it in fp32", file=sys.stderr)
-    session = ort.InferenceSession(model, options, providers=providers)
-    if session.get_providers()[0] != "CUDAExecutionProvider":
-        raise RuntimeError(
-            f"ONNX Runtime runs {onnx_path} on {session.get_providers()} (no CUDAExecutionProvider): its CUDA "
-            "libraries did not load; install onnxruntime-gpu with the CUDA and cuDNN its release needs"
-        )
-    return session, precision
-
-
 def measure_window(
     submit: Callable[[], Any], batch: int, concurrency: int, seconds: float, deadline: float
 ) -> float | str:
@@ -380,16 +344,31 @@ class Served:
         return submit, close
 
 
-def run_model(spec: ModelSpec, args: argparse.Namespace, seconds: float, deadline: float) -> tuple[list[Row], str]:
-    """Every cell of one model: TensorRT in-process, then ONNX Runtime CUDA, then the served plan."""
+def _plan_engine(plan: Path) -> Any:
+    from modelsvc.backends._tensorrt_engine import PlanEngine
+
+    return PlanEngine(plan.read_bytes(), device=0, profile=0)
+
+
+def run_model(
+    spec: ModelSpec,
+    args: argparse.Namespace,
+    seconds: float,
+    deadline: float,
+    *,
+    engine_factory: Callable[[Path], Any] = _plan_engine,
+    session_factory: Callable[[Path], tuple[Any, str]] = ort_cuda_session,
+) -> tuple[list[Row], str]:
+    """Every cell of one model: TensorRT in-process, then ONNX Runtime CUDA, then the served plan. Each runner asks
+    for the same outputs (``sentence_embedding`` where the model has it); a runner that cannot start (no engine, no
+    CUDA session) fills its own column with its error and the others still run."""
     rows = []
     for tokens in args.tokens:
         flops = flops_per_sequence(spec.params, spec.layers, spec.hidden, tokens)
         bound = bound_sequences_per_s(args.peak, flops) if args.peak else None
         rows += [Row(spec.name, batch, tokens, bound) for batch in args.batches]
-    session, precision = ort_cuda_session(spec.onnx)
-    inputs = _onnx_inputs(session)
-    output_names = [o.name for o in session.get_outputs()]
+    inputs, output_names = onnx_io(spec.onnx)
+    wanted = ["sentence_embedding"] if "sentence_embedding" in output_names else output_names
 
     def each(runner: str, measure_cell: Callable[[int, int], float | str]) -> None:
         for row in rows:
@@ -399,28 +378,40 @@ def run_model(spec: ModelSpec, args: argparse.Namespace, seconds: float, deadlin
                 row.results[runner] = f"error: {type(exc).__name__}"
                 print(f"bench_gpu: {spec.name} {runner} batch {row.batch} x {row.tokens}: {exc}", file=sys.stderr)
 
-    from modelsvc.backends._tensorrt_engine import PlanEngine
+    def started(runner: str, start: Callable[[], Any]) -> Any:
+        try:
+            return start()
+        except Exception as exc:  # its column says so; the next runner still runs
+            print(f"bench_gpu: {spec.name} {runner}: cannot start: {exc}", file=sys.stderr)
+            for row in rows:
+                row.results[runner] = f"error: {type(exc).__name__}"
+            return None
 
-    engine = PlanEngine(spec.plan.read_bytes(), device=0, profile=0)
+    engine = started("tensorrt", lambda: engine_factory(spec.plan))
+    if engine is not None:
 
-    def tensorrt(batch: int, tokens: int) -> float | str:
-        feeds = make_feeds(inputs, batch, tokens)
-        return measure(lambda: engine.infer(feeds), batch, seconds, deadline)
+        def tensorrt(batch: int, tokens: int) -> float | str:
+            feeds = make_feeds(inputs, batch, tokens)
+            return measure(lambda: engine.infer(feeds, wanted), batch, seconds, deadline)
 
-    try:
-        each("tensorrt", tensorrt)
-    finally:
-        close = getattr(engine, "close", None)
-        if close is not None:
-            close()
+        try:
+            each("tensorrt", tensorrt)
+        finally:
+            close = getattr(engine, "close", None)
+            if close is not None:
+                close()
 
-    def ort_cuda(batch: int, tokens: int) -> float | str:
-        feeds = make_feeds(inputs, batch, tokens)
-        return measure(lambda: session.run(output_names, feeds), batch, seconds, deadline)
+    precision = "fp16"
+    ort = started("ort_cuda", lambda: session_factory(spec.onnx))
+    if ort is not None:
+        session, precision = ort
 
-    each("ort_cuda", ort_cuda)
+        def ort_cuda(batch: int, tokens: int) -> float | str:
+            feeds = make_feeds(inputs, batch, tokens)
+            return measure(lambda: session.run(wanted, feeds), batch, seconds, deadline)
+
+        each("ort_cuda", ort_cuda)
     if args.url:
-        wanted = ["sentence_embedding"] if "sentence_embedding" in output_names else output_names
         served = Served(args.url, spec.served, inputs, wanted)
 
         def served_cell(batch: int, tokens: int) -> float | str:
