@@ -174,7 +174,7 @@ def _export(variant: Variant, baseline: Path, repo: Path, say: Callable[[str], N
 
 def default_variant() -> str:
     """The variant ``python -m services.build`` builds by default on this machine (its ``--backend auto``)."""
-    backend, precision = _services_build().choose()
+    backend, precision = _services_build().choose("doc_classifier")
     return f"{backend}-{precision}"
 
 

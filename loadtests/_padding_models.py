@@ -41,7 +41,8 @@ WAY_NAMES = {
 PAD_KEYS = ("pad_inputs", "pad_outputs", "pad_buckets", "max_batch_tokens", "pad_call_cost_tokens")
 QUEUE_DELAY = "dynamic_batching {\n  max_queue_delay_microseconds: 2000\n}\n"
 
-MINILM_SOURCE = ROOT / "services" / "doc_classifier" / "model_repository" / "minilm"
+MINILM_SOURCE = ROOT / "services" / "embedder" / "model_repository" / "minilm"
+"""The services' MiniLM as ONNX Runtime fp32 runs it: the embedder's build (``auto`` builds it so on every CPU)."""
 BUILD_COMMAND = [sys.executable, "-m", "services.build"]
 """The documented build of the example services' models; builds what is missing, else does nothing."""
 

@@ -31,12 +31,13 @@ PROBABILITY_TOLERANCE = 1e-3
 
 
 def write_service_copy(dest: Path, padding: bool) -> Path:
-    """services/doc_classifier copied to ``dest`` with its model's config without or with the padding keys."""
+    """services/doc_classifier copied to ``dest`` on MiniLM's ONNX Runtime fp32 build (whatever backend the
+    service itself is built for here) with the model's config without or with the padding keys."""
     onnx = build_minilm()
-    shutil.copytree(SERVICE, dest, ignore=shutil.ignore_patterns("model.onnx", "__pycache__"))
+    shutil.copytree(SERVICE, dest, ignore=shutil.ignore_patterns("model.*", "__pycache__"))
     link_or_copy(onnx, dest / "model_repository" / "minilm" / "1" / "model.onnx")
     config = dest / "model_repository" / "minilm" / "config.pbtxt"
-    text = without_padding(config.read_text())
+    text = without_padding((onnx.parents[1] / "config.pbtxt").read_text())
     config.write_text(with_padding(text, MINILM_PADDING) if padding else text)
     return dest
 

@@ -274,23 +274,25 @@ def logicd_server(service: Path, model_url: str, ready_timeout_s: float = READY_
 
 
 @contextmanager
-def service_pair(service: str, ready_timeout_s: float = 120.0) -> Iterator[str]:
+def service_pair(service: str, ready_timeout_s: float = 120.0, model_repository: Path | None = None) -> Iterator[str]:
     """The example service ``services/<service>`` as two processes, ``modelsvc serve`` on its model repository
-    and ``logicd serve`` on its folder; yields the logic server's base URL. Its model must be built first
-    (``python -m services.build``)."""
+    (or ``model_repository``) and ``logicd serve`` on its folder; yields the logic server's base URL. Its model
+    must be built first (``python -m services.build``)."""
     folder = ROOT / "services" / service
     with (
-        modelsvc_server(folder / "model_repository", ready_timeout_s) as model,
+        modelsvc_server(model_repository or folder / "model_repository", ready_timeout_s) as model,
         logicd_server(folder, model.base_url, ready_timeout_s) as logic,
     ):
         yield logic.base_url
 
 
 @contextmanager
-def naive_service() -> Iterator[str]:
-    """loadtests/naive_service.py in a child process on a free port; yields its base URL."""
+def naive_service(model: Path | None = None) -> Iterator[str]:
+    """loadtests/naive_service.py (on the ONNX file ``model``, by default the doc_classifier's) in a child process
+    on a free port; yields its base URL."""
     http = free_port()
     argv = [sys.executable, "-m", "loadtests.naive_service", "--port", str(http)]
+    argv += ["--model", str(model)] if model else []
     with ServerProcess("naive_service", argv, http, ready_path="/health/ready", cwd=ROOT) as proc:
         yield proc.base_url
 

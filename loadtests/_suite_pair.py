@@ -18,6 +18,8 @@ from loadtests._suite import Row, Settings, Stats, json_load, median, spread
 
 BUILD_COMMAND = [sys.executable, "-m", "services.build"]
 """The documented build of the example services' models (README.md), run from the repository root."""
+ONNX_SOURCE = _servers.ROOT / "services" / "embedder" / "model_repository" / "minilm" / "1" / "model.onnx"
+"""MiniLM as ONNX Runtime fp32 runs it, which both sides of the pair rows serve."""
 
 
 def classify(base: str, documents: list[str]) -> list[dict[str, Any]]:
@@ -47,10 +49,13 @@ def bench_pair(settings: Settings) -> list[Row]:
     subprocess.run(BUILD_COMMAND, cwd=_servers.ROOT, check=True)  # builds what is missing, else does nothing
     docs = long_documents(24, *settings.pair_tokens, seed=8)
     bodies = [json.dumps({"documents": [text]}).encode() for _, text in docs]
+    # both sides on one model, ONNX Runtime fp32: the embedder's build of MiniLM (the same config as the
+    # classifier's; auto builds it so on every CPU, where the classifier may be OpenVINO bf16)
+    repository = ONNX_SOURCE.parents[2]
     with ExitStack() as stack:
         print("  starting doc_classifier (modelsvc + logicd) and the naive service", flush=True)
-        pair = stack.enter_context(_servers.service_pair("doc_classifier"))
-        naive = stack.enter_context(_servers.naive_service())
+        pair = stack.enter_context(_servers.service_pair("doc_classifier", model_repository=repository))
+        naive = stack.enter_context(_servers.naive_service(ONNX_SOURCE))
         ok, guard, answers = correctness_guard(pair, naive, [text for _, text in docs[:6]])
         if not ok:
             raise RuntimeError(f"correctness guard failed: {guard}")

@@ -58,14 +58,14 @@ def _classifier_module(service_dir: Path) -> ModuleType:
 class NaiveClassifier:
     """Tokenize, run each window alone through ONNX Runtime, pool and score: all in the caller's thread."""
 
-    def __init__(self, service_dir: Path = SERVICE_DIR) -> None:
+    def __init__(self, service_dir: Path = SERVICE_DIR, model: Path | None = None) -> None:
         import onnxruntime as ort
 
         config = yaml.safe_load((service_dir / "service.yaml").read_text())
         chunking = config.get("chunking", {})
         tokenizer = load_tokenizer(service_dir / config["tokenizer"]["path"])
         self.chunker = Chunker(tokenizer, max_tokens=int(chunking["max_tokens"]), stride=int(chunking["stride"]))
-        model_path = service_dir / "model_repository" / MODEL_NAME / "1" / "model.onnx"
+        model_path = model or service_dir / "model_repository" / MODEL_NAME / "1" / "model.onnx"
         self.session = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
         self.input_names = {i.name for i in self.session.get_inputs()}
         self.logic = _classifier_module(service_dir)
@@ -158,8 +158,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8090)
     parser.add_argument("--service-dir", type=Path, default=SERVICE_DIR, help="doc_classifier's folder")
+    parser.add_argument("--model", type=Path, help="the ONNX file (default: the service's model.onnx)")
     args = parser.parse_args(argv)
-    app = App(NaiveClassifier(args.service_dir))
+    app = App(NaiveClassifier(args.service_dir, args.model))
     uvicorn.run(app, host=args.host, port=args.port, lifespan="off", log_level="warning", access_log=False)
 
 

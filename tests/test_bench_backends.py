@@ -82,22 +82,25 @@ def test_tables_show_medians_ratios_and_the_verdict_names_parity() -> None:
 
 
 @pytest.mark.integration
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(180)
 def test_quick_run_of_the_baseline_gives_every_figure(tmp_path: Path) -> None:
+    """The baseline's quick run; on a CPU with native bf16 the served default (the classifier's OpenVINO bf16)
+    is measured beside it, as the benchmark always measures the default."""
     out = tmp_path / "bench.json"
     run = subprocess.run(
         [sys.executable, "-m", "loadtests.bench_backends", "--quick", "--only", "onnxruntime-fp32", "--json", str(out)],
         capture_output=True,
         text=True,
         cwd=ROOT,
-        timeout=85,
+        timeout=170,
     )
     assert run.returncode == 0, run.stdout + run.stderr
     assert "| variant | where | 1x128 |" in run.stdout
     payload = json.loads(out.read_text())
     assert payload["command"].startswith("python -m loadtests.bench_backends --quick")
-    (result,) = payload["results"]
-    assert result["variant"] == "onnxruntime-fp32"
+    results = {r["variant"]: r for r in payload["results"]}
+    assert set(results) in ({"onnxruntime-fp32"}, {"onnxruntime-fp32", bench_backends.default_variant()}), results
+    result = results["onnxruntime-fp32"]
     assert result["built"], result
     assert result["cosine"] > 0.9999, result  # today's export equals sentence-transformers
     assert result["labels"] == "6/6", result
