@@ -43,7 +43,7 @@ QUEUE_DELAY = "dynamic_batching {\n  max_queue_delay_microseconds: 2000\n}\n"
 
 MINILM_SOURCE = ROOT / "services" / "embedder" / "model_repository" / "minilm"
 """The services' MiniLM as ONNX Runtime fp32 runs it: the embedder's build (``auto`` builds it so on every CPU)."""
-BUILD_COMMAND = [sys.executable, "-m", "services.build"]
+BUILD_COMMAND = [sys.executable, "-m", "services.build", "--backend", "onnxruntime"]
 """The documented build of the example services' models; builds what is missing, else does nothing."""
 
 MINILM_PADDING = {
