@@ -1,7 +1,9 @@
 """loadtests/gpu: what can be checked without a GPU.
 
 - verify.sh parses (``bash -n``), passes shellcheck where it is installed, and refuses to run where it cannot:
-  no nvidia-smi, an nvidia-smi that fails (no driver), no wheel folder; its step machinery stops on a failing
+  no nvidia-smi, an nvidia-smi that fails (no driver), no wheel folder; ``--list`` names its steps without a GPU;
+  an unknown step is a usage error; a step that passed is skipped on the next run (``--force`` runs it again),
+  the default run stops before a step the budget cannot cover (exit 3); its step machinery stops on a failing
   step with the step's name and log, and on a step that runs past the budget;
 - bench_gpu's pure parts: the FLOPs of a BERT encoder and the bound they give, the peak table by GPU name, the
   model spec, the concurrency and time per cell, the measuring loops on fake calls, and the table's text.
@@ -42,7 +44,7 @@ def _bin(tmp_path: Path, *, nvidia_smi: str | None) -> Path:
     """A PATH folder with the few tools verify.sh uses before its first step, and nvidia-smi as given."""
     folder = tmp_path / "bin"
     folder.mkdir()
-    for tool in ("dirname", "sed", "timeout", "tail", "mkdir", "printf", "sleep", "cat"):
+    for tool in ("dirname", "sed", "timeout", "tail", "mkdir", "printf", "sleep", "cat", "date"):
         found = shutil.which(tool)
         if found:
             (folder / tool).symlink_to(found)
@@ -154,19 +156,85 @@ def test_a_failing_step_stops_with_its_name_and_log(tmp_path: Path) -> None:
     assert "verify.sh: GPU 0: NVIDIA H100 80GB HBM3, 570.86.15, 81559 MiB, 9.0" in done.stdout
     assert re.search(r"install-setuptools\s+FAILED", done.stdout)
     assert "No matching distribution found for setuptools>=77" in done.stderr  # the log's tail
-    log = out / "logs" / "01-install-setuptools.log"
-    assert f"step 'install-setuptools' failed with exit status 3 (log: {log})" in done.stderr
+    log = out / "logs" / "setup-install-setuptools.log"
+    assert f"step 'setup': 'install-setuptools' failed with exit status 3 (log: {log})" in done.stderr
     assert "No matching distribution" in log.read_text()
+    assert not (out / "passed" / "setup").exists()
 
 
 def test_a_step_past_the_budget_is_stopped(tmp_path: Path) -> None:
     bin_dir, wheels, venv = _fake_setup(tmp_path, "sleep 30\n")
-    args = ["--wheels", str(wheels), "--venv", str(venv), "--out", str(tmp_path / "out"), "--budget-s", "2"]
+    args = ["setup", "--wheels", str(wheels), "--venv", str(venv), "--out", str(tmp_path / "out"), "--budget-s", "2"]
     done = _verify(tmp_path, bin_dir, *args)
     assert done.returncode == 1
-    assert re.search(r"step 'install-setuptools' ran past its [12]s", done.stderr), done.stderr
+    assert re.search(r"step 'setup': 'install-setuptools' ran past its [12]s", done.stderr), done.stderr
 
 
+STEPS = ["setup", "export", "build", "compare", "test", "serve", "bench", "padding"]
+
+
+def test_list_names_the_steps_without_a_gpu(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    (out / "passed").mkdir(parents=True)
+    (out / "passed" / "export").write_text("181 s, 2026-11-28T10:00Z\n")
+    done = _verify(tmp_path, _bin(tmp_path, nvidia_smi=None), "--list", "--out", str(out), "--bench-s", "100")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert [line.split()[0] for line in lines] == STEPS
+    assert re.match(r"setup\s+4-6 min\s+limit  540s  not passed$", lines[0]), lines[0]
+    assert lines[1].endswith("passed (181 s, 2026-11-28T10:00Z)")
+    assert "limit  340s" in lines[6]  # the bench's limit follows --bench-s
+    assert all(int(re.search(r"limit\s+(\d+)s", line)[1]) <= 540 for line in lines)  # each fits a 10-minute run
+
+
+def test_an_unknown_step_is_a_usage_error(tmp_path: Path) -> None:
+    done = _verify(tmp_path, _bin(tmp_path, nvidia_smi=WORKING_SMI), "setup", "compile")
+    assert done.returncode == 2
+    assert "unknown step 'compile' (the steps: setup export build compare test serve bench padding)" in done.stderr
+    assert _verify(tmp_path, tmp_path / "bin", "--step").returncode != 0
+
+
+def _stubbed(tmp_path: Path) -> Path:
+    """verify.sh sourced, with every step's body replaced by one that notes it ran in OUT/ran."""
+    wrapper = tmp_path / "stubbed.sh"
+    stubs = "".join(f'step_{s}() {{ echo {s} >>"$OUT/ran"; }}\n' for s in STEPS)
+    wrapper.write_text(f'source "{VERIFY}"\n{stubs}main "$@"\n')
+    return wrapper
+
+
+def test_a_step_that_passed_is_not_run_again(tmp_path: Path) -> None:
+    bin_dir = _bin(tmp_path, nvidia_smi=WORKING_SMI)
+    wrapper, out = _stubbed(tmp_path), tmp_path / "out"
+    environment = {"PATH": str(bin_dir), "HOME": str(tmp_path), "TMPDIR": str(tmp_path)}
+
+    def verify(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [BASH, str(wrapper), "--out", str(out), *args]
+        return subprocess.run(command, capture_output=True, text=True, timeout=60, env=environment, cwd=tmp_path)
+
+    done = verify("export", "--step", "build")
+    assert done.returncode == 0, done.stderr
+    assert (out / "ran").read_text().split() == ["export", "build"]
+    assert sorted(p.name for p in (out / "passed").iterdir()) == ["build", "export"]
+    assert "verify.sh: export build: every step passed" in done.stdout
+
+    done = verify("build", "compare")
+    assert done.returncode == 0, done.stderr
+    assert re.search(r"build\s+passed earlier \(\d+ s, ", done.stdout)
+    assert (out / "ran").read_text().split() == ["export", "build", "compare"]
+    verify("build", "--force")
+    assert (out / "ran").read_text().split() == ["export", "build", "compare", "build"]
+
+    # the default run: the next steps not passed, until one would not fit in the budget
+    done = verify("--budget-s", "400")
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "the next step, setup, needs up to 540s; 400s of the budget are left: run verify.sh again" in done.stdout
+    (out / "passed" / "setup").write_text("1 s\n")
+    done = verify("--bench-s", "30")
+    assert done.returncode == 0, done.stderr
+    assert (out / "ran").read_text().split()[4:] == ["test", "serve", "bench", "padding"]
+
+
+# --- bench_gpu: the FLOP bound ------------------------------------------------------------------------------
 # --- bench_gpu: the FLOP bound ------------------------------------------------------------------------------
 
 
