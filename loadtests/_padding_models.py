@@ -43,8 +43,10 @@ QUEUE_DELAY = "dynamic_batching {\n  max_queue_delay_microseconds: 2000\n}\n"
 
 MINILM_SOURCE = ROOT / "services" / "embedder" / "model_repository" / "minilm"
 """The services' MiniLM as ONNX Runtime fp32 runs it: the embedder's build (``auto`` builds it so on every CPU)."""
-BUILD_COMMAND = [sys.executable, "-m", "services.build", "--backend", "onnxruntime"]
-"""The documented build of the example services' models; builds what is missing, else does nothing."""
+BUILD_COMMAND = [sys.executable, "-m", "services.build"]
+"""The documented build of the example services' models; builds what is missing, else does nothing. Its auto
+builds the embedder (MINILM_SOURCE) for ONNX Runtime fp32 on every CPU; ``--backend onnxruntime`` here would
+rebuild the classifier's model away from what auto gives it, and the next auto build would export it again."""
 
 MINILM_PADDING = {
     "pad_inputs": "input_ids:0=0,attention_mask:0=0,token_type_ids:0=0",
