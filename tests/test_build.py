@@ -11,7 +11,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import onnx
@@ -43,9 +43,9 @@ from modelsvc.tools.build import _build as build_module
 from modelsvc.tools.build._builder import BuiltPlan
 from modelsvc.tools.build._config import config_text, read_config
 from modelsvc.tools.build._shapes import profile_shapes
-from modelsvc.tools.compare import OnnxRunner
 from modelsvc.tools.inspect_model import onnx_tensors
 from modelsvc.tools.onnx_models import identity, token_classifier, write_model
+from tests._build_fakes import OnnxAsPlan
 from tests._server import ROOT
 
 SERVICES = ROOT / "services"
@@ -361,7 +361,7 @@ def _repo(tmp_path: Path) -> Path:
         ({"model_repository": None}, "--from-config needs --model-repository DIR"),
         ({"save_engine": Path("x.plan")}, "--save-engine does not go with --from-config"),
         ({"model_name": "../x"}, "model name '../x' cannot be a folder name in a model repository"),
-        ({"precision": "int8"}, "--int8 needs calibration: --calib-npz FILE (real inputs), or --calib CACHE"),
+        ({"precision": "int8"}, "has no QuantizeLinear/DequantizeLinear nodes: quantize it first"),
         ({"calib": Path("c.cache")}, "--calib and --calib-npz go with --int8"),
         ({"tf32": True, "precision": "fp16"}, "--tf32 applies to fp32 builds, not --fp16"),
         ({"builder_optimization_level": 6}, "--builder-optimization-level 6 is outside 0..5"),
@@ -467,20 +467,6 @@ def test_cli_usage_errors_exit_2(tmp_path: Path) -> None:
 # --- build_plan around TensorRT: an ONNX stand-in for the plan ------------------------------------------
 
 
-class _OnnxAsPlan(OnnxRunner):
-    """Stands in for PlanRunner: the 'plan' bytes are an ONNX model, run by ONNX Runtime."""
-
-    opened: ClassVar[list[int]] = []
-
-    def __init__(self, plan: bytes, profile: int = 0) -> None:
-        path = Path(_OnnxAsPlan.folder) / f"stand-in-{len(self.opened)}.onnx"
-        path.write_bytes(plan)
-        _OnnxAsPlan.opened.append(profile)
-        super().__init__(path)
-
-    folder: ClassVar[str] = ""
-
-
 @pytest.fixture
 def stand_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """TensorRT's part replaced: build_serialized returns the bytes of ``plan_model`` as the 'plan'."""
@@ -489,8 +475,8 @@ def stand_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     state: dict[str, Any] = {"plan_model": token_classifier(), "settings": []}
     scratch = tmp_path / "stand-in"
     scratch.mkdir()
-    _OnnxAsPlan.folder = str(scratch)
-    _OnnxAsPlan.opened = []
+    OnnxAsPlan.folder = str(scratch)
+    OnnxAsPlan.opened = []
 
     def fake_build(onnx_path: Path, profiles: Any, settings: Any, log: Any) -> BuiltPlan:
         state["settings"].append(settings)
@@ -506,8 +492,9 @@ def stand_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
         )
 
     monkeypatch.setattr(build_module, "import_tensorrt", lambda: None)
+    monkeypatch.setattr(build_module, "can_calibrate", lambda trt: True)
     monkeypatch.setattr(build_module, "build_serialized", fake_build)
-    monkeypatch.setattr(compare, "PlanRunner", _OnnxAsPlan)
+    monkeypatch.setattr(compare, "PlanRunner", OnnxAsPlan)
     return state
 
 
@@ -587,7 +574,7 @@ def test_save_engine_with_shape_flags_and_several_profiles(tmp_path: Path, stand
         (1, (12, 8)),
         (1, (16, 16)),
     ]
-    assert _OnnxAsPlan.opened == [0, 1]
+    assert OnnxAsPlan.opened == [0, 1]
 
 
 def test_npz_inputs_are_checked_on_the_profile_they_fit(tmp_path: Path, stand_in: dict[str, Any]) -> None:

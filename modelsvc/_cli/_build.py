@@ -21,6 +21,16 @@ TOLERANCE_HELP = (
 )
 
 
+_KEEP = "keeping the I/O types and, in fp32, normalizations, softmax and reductions"
+_PRECISION_HELP = {
+    "fp16": f"convert the model's weights and activations to fp16 before parsing ({_KEEP}; ONNX Runtime's "
+    "float16 converter), then build it as typed, with no precision flag",
+    "bf16": f"the same in bf16 ({_KEEP}; NVIDIA ModelOpt's AutoCast: pip install 'modelsvc[autocast]')",
+    "int8": "build a model quantized with QuantizeLinear/DequantizeLinear nodes as it is; TensorRT 10 only: "
+    "calibrate a model without them on --calib-npz/--calib",
+}
+
+
 def _level(text: str) -> int:
     value = whole_number(text, "expected a whole number 0..5")
     if not 0 <= value <= 5:
@@ -38,8 +48,10 @@ def add(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         f"{TOLERANCE_HELP}). Either --onnx FILE --save-engine OUT.plan with the shape flags, or --from-config "
         "REPO/NAME: profiles from its config.pbtxt (batch 1..max_batch_size, each other -1 dim "
         "1..--max-sequence-length) and NAME/VERSION/model.plan with a config.pbtxt that says "
-        'platform: "tensorrt_plan" in --model-repository. Needs modelsvc[tensorrt] and an NVIDIA GPU. '
-        "Exit status: 0 written, 1 the build or the check failed, 2 usage (TensorRT missing included).",
+        'platform: "tensorrt_plan" in --model-repository. Networks are strongly typed on TensorRT 10 and 11: '
+        "the plan computes in the ONNX model's own types, so --fp16/--bf16 convert the model before TensorRT "
+        "parses it and --int8 takes a model quantized with Q/DQ nodes. Needs modelsvc[tensorrt] and an NVIDIA "
+        "GPU. Exit status: 0 written, 1 the build or the check failed, 2 usage (TensorRT missing included).",
     )
     b.add_argument("--onnx", type=Path, metavar="FILE", help="the ONNX model (default with --from-config: its own)")
     b.add_argument("--save-engine", type=Path, metavar="OUT.plan", help="where the plan goes (trtexec --saveEngine)")
@@ -63,14 +75,23 @@ def add(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="--from-config: the largest -1 dim other than the batch (default 512, our services' token limit)",
     )
     precision = b.add_mutually_exclusive_group()
-    for name in ("fp16", "bf16", "int8"):
-        precision.add_argument(f"--{name}", dest="precision", action="store_const", const=name)
+    for name, help_text in _PRECISION_HELP.items():
+        precision.add_argument(f"--{name}", dest="precision", action="store_const", const=name, help=help_text)
     b.set_defaults(precision="fp32")
     b.add_argument("--tf32", action="store_true", help="allow TF32 math in fp32 layers (off: fp32 stays fp32)")
     b.add_argument(
-        "--calib", type=Path, metavar="CACHE", help="--int8: calibration cache, read if it exists, else written"
+        "--calib",
+        type=Path,
+        metavar="CACHE",
+        help="--int8 on TensorRT 10, a model without Q/DQ: calibration cache, read if it exists, else written",
     )
-    b.add_argument("--calib-npz", type=Path, metavar="FILE.npz", help="--int8: real inputs to calibrate on")
+    b.add_argument(
+        "--calib-npz",
+        type=Path,
+        metavar="FILE.npz",
+        help="--int8 on TensorRT 10, a model without Q/DQ: real inputs to calibrate on (TensorRT 11 has no "
+        "calibrator: quantize to Q/DQ first)",
+    )
     b.add_argument("--timing-cache", type=Path, metavar="FILE", help="loaded if it exists, saved after the build")
     b.add_argument("--workspace", type=positive, metavar="MiB", help="workspace memory pool limit")
     b.add_argument("--builder-optimization-level", type=_level, metavar="0..5", help="TensorRT's default is 3")
@@ -145,6 +166,10 @@ def run(args: argparse.Namespace) -> int:
         f"built {report.onnx_path} with TensorRT {report.tensorrt_version} ({report.precision}): "
         f"{_size(report.plan_bytes)} in {report.build_seconds:.1f} s"
     )
+    for note in report.notes:
+        print(note)
+    if report.conversion is not None:
+        print(f"{report.conversion.describe()} (the converted model was temporary)")
     for index, profile in enumerate(report.profiles):
         ranges = ", ".join(
             f"{name} {format_shape(r.min)}..{format_shape(r.opt)}..{format_shape(r.max)}" for name, r in profile.items()

@@ -6,6 +6,11 @@ writes nothing unless every output is within the tolerance: the plan (``--save-e
 ``--from-config`` ``REPO/NAME/VERSION/model.plan`` and a config.pbtxt that says ``platform: "tensorrt_plan"``),
 then the timing and calibration caches, each through a temporary name.
 
+Networks are strongly typed on TensorRT 10 and 11 alike (``_precision``): ``--fp16``/``--bf16`` convert the model
+into a temporary folder before TensorRT parses it (removed after the build), ``--int8`` takes an explicitly
+quantized (Q/DQ) model, and only TensorRT 10 still calibrates one without Q/DQ. The check always runs ONNX Runtime
+on the original model, so a plan is held to the fp32 model's outputs, conversion included.
+
 The tolerance logic is ``modelsvc export``'s (a default per precision, a flag to override it, nothing written
 when an output is over it), with ``numpy.allclose``'s rule ``|plan - onnx| <= atol + rtol * |onnx|``. The
 defaults (:data:`DEFAULT_TOLERANCES`): fp32 ``atol 1e-4`` (export's, and TF32 is off unless ``--tf32``). fp16
@@ -20,6 +25,7 @@ GPU yet: no GPU was available where this was written.
 from __future__ import annotations
 
 import sys
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,9 +34,10 @@ from typing import Any
 import numpy as np
 
 from ..inspect_model import onnx_tensors
-from ._builder import BuilderSettings, BuiltPlan, build_serialized, import_tensorrt
+from ._builder import BuilderSettings, BuiltPlan, build_serialized, can_calibrate, import_tensorrt
 from ._config import PLAN_FILENAME, config_text, plan_config, read_config, source_onnx, write_atomic
 from ._errors import BuildCheckError, BuildError, BuildUsageError
+from ._precision import Conversion, convert, int8_mode, is_quantized, refuse_calibration
 from ._report import LayerInfo, layers_from_inspector
 from ._shapes import (
     DEFAULT_MAX_SEQUENCE_LENGTH,
@@ -83,7 +90,8 @@ class BuildOptions:
     max_shapes: tuple[str, ...] = ()
     #: with --from-config: the largest size of a -1 dim that is not the batch
     max_sequence_length: int = DEFAULT_MAX_SEQUENCE_LENGTH
-    #: fp32, fp16, bf16 or int8
+    #: fp32 (the model's own types), fp16 or bf16 (the model converted first), int8 (a Q/DQ model; on TensorRT 10
+    #: also a model without Q/DQ, calibrated on --calib-npz / --calib)
     precision: str = "fp32"
     #: allow TF32 math in fp32 layers
     tf32: bool = False
@@ -140,6 +148,8 @@ class BuildReport:
     timing_cache_loaded: bool = False
     timing_cache_saved: bool = False
     calibration_cache_saved: bool = False
+    #: --fp16/--bf16: the converter, and the nodes it kept in fp32 (the converted file was temporary)
+    conversion: Conversion | None = None
     notes: list[str] = field(default_factory=list)
 
 
@@ -179,10 +189,7 @@ def _validate(options: BuildOptions) -> None:
         raise bad(f"version {options.version} must be at least 1")
     if options.tf32 and options.precision != "fp32":
         raise bad(f"--tf32 applies to fp32 builds, not --{options.precision}")
-    if options.precision == "int8":
-        if options.calib_npz is None and (options.calib is None or not options.calib.is_file()):
-            raise bad("--int8 needs calibration: --calib-npz FILE (real inputs), or --calib CACHE of an earlier run")
-    elif options.calib is not None or options.calib_npz is not None:
+    if options.precision != "int8" and (options.calib is not None or options.calib_npz is not None):
         raise bad("--calib and --calib-npz go with --int8")
     if options.workspace is not None and options.workspace < 1:
         raise bad(f"--workspace {options.workspace} MiB must be at least 1")
@@ -194,8 +201,9 @@ def _validate(options: BuildOptions) -> None:
             raise bad(f"{name} {value} must be a finite number >= 0")
 
 
-def _inputs_and_profiles(options: BuildOptions) -> tuple[Path, Any, list[Profile]]:
-    """The ONNX file, the source config (or None) and the checked, completed profiles."""
+def _inputs_and_profiles(options: BuildOptions) -> tuple[Path, Any, list[Profile], bool]:
+    """The ONNX file, the source config (or None), the checked, completed profiles, and whether the model is
+    explicitly quantized (Q/DQ)."""
     import onnx
 
     config = None
@@ -225,7 +233,7 @@ def _inputs_and_profiles(options: BuildOptions) -> tuple[Path, Any, list[Profile
         profiles = profiles_from_config(config, options.max_sequence_length, where)
     else:
         profiles = []
-    return onnx_path, config, check_profiles(profiles, inputs)
+    return onnx_path, config, check_profiles(profiles, inputs), is_quantized(model)
 
 
 def _fits(shapes: Mapping[str, Sequence[int]], profile: Profile) -> bool:
@@ -312,15 +320,45 @@ def _read_optional(path: Path | None) -> bytes:
         raise BuildUsageError(f"cannot read {path}: {exc}") from exc
 
 
+def _precision_plan(options: BuildOptions, onnx_path: Path, quantized: bool) -> bool:
+    """Whether the build calibrates (TensorRT 10's weakly typed INT8); BuildUsageError for a precision the model
+    cannot take. Decided from the model alone, before TensorRT is imported."""
+    if options.precision == "int8":
+        calibration = options.calib_npz is not None or options.calib is not None
+        calibrate = int8_mode(quantized=quantized, calibration=calibration, onnx_path=onnx_path) == "calibrate"
+        if calibrate and options.calib_npz is None and options.calib is not None and not options.calib.is_file():
+            raise BuildUsageError(
+                f"--calib {options.calib}: no such cache; give --calib-npz FILE (real inputs) to calibrate and write it"
+            )
+        return calibrate
+    if quantized and options.precision in ("fp16", "bf16"):
+        raise BuildUsageError(
+            f"--{options.precision}: {onnx_path} is already quantized (QuantizeLinear/DequantizeLinear nodes): "
+            "build it with --int8, which keeps its Q/DQ types"
+        )
+    return False
+
+
+def _notes(quantized: bool, calibrate: bool) -> list[str]:
+    if calibrate:
+        return ["INT8 by TensorRT 10's calibrator (a weakly typed network: TensorRT chose each layer's precision)"]
+    note = "strongly typed: each tensor has the ONNX model's type, no precision flag was set"
+    return [note + (" (int8 where its Q/DQ nodes say)" if quantized else "")]
+
+
 def build_plan(options: BuildOptions) -> BuildReport:
     """Build, check, then write (see the module's docstring). BuildUsageError: bad options or TensorRT missing;
     BuildCheckError: over the tolerance, nothing written; BuildError: the build or the check could not run."""
     _validate(options)
-    onnx_path, config, profiles = _inputs_and_profiles(options)
-    import_tensorrt()  # a missing TensorRT is a usage error before anything else is read or built
+    onnx_path, config, profiles, quantized = _inputs_and_profiles(options)
+    calibrate = _precision_plan(options, onnx_path, quantized)
+    trt = import_tensorrt()  # a missing TensorRT is a usage error before anything else is read or built
+    if calibrate and not can_calibrate(trt):
+        raise refuse_calibration(str(trt.__version__))
     atol, rtol = tolerances(options)
     settings = BuilderSettings(
         precision=options.precision,
+        calibrate=calibrate,
         tf32=options.tf32,
         workspace_mib=options.workspace,
         optimization_level=options.builder_optimization_level,
@@ -328,7 +366,12 @@ def build_plan(options: BuildOptions) -> BuildReport:
         calibration_cache=_read_optional(options.calib),
         calibration_batches=_calibration_batches(options.calib_npz, profiles) if options.calib_npz else (),
     )
-    built = build_serialized(onnx_path, profiles, settings, options.log)
+    conversion = None
+    with tempfile.TemporaryDirectory(prefix="modelsvc-build-") as scratch:
+        if options.precision in ("fp16", "bf16"):
+            conversion = convert(onnx_path, options.precision, Path(scratch))
+            options.log(conversion.describe())
+        built = build_serialized(conversion.path if conversion else onnx_path, profiles, settings, options.log)
     checks = _check(onnx_path, built, profiles, options, atol, rtol)
     failed = [case for case in checks if not case.report.passed]
     if failed:
@@ -383,4 +426,6 @@ def build_plan(options: BuildOptions) -> BuildReport:
         timing_cache_loaded=built.timing_cache_loaded,
         timing_cache_saved=timing_saved,
         calibration_cache_saved=calibration_saved,
+        conversion=conversion,
+        notes=_notes(quantized, calibrate),
     )

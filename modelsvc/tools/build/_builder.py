@@ -6,9 +6,14 @@ Written against TensorRT's Python API, 10.x and 11.x: ``Builder``, ``create_netw
 the only mode), ``OnnxParser.parse_from_file``, ``create_optimization_profile`` + ``set_shape``,
 ``IBuilderConfig`` (memory pool limit, builder optimization level, timing cache, DETAILED profiling for the
 inspector), ``build_serialized_network``, then ``create_engine_inspector`` on the deserialized engine.
-TensorRT 11 removed the weak-typing precision flags (FP16, BF16, INT8) and the INT8 calibrator: asking for
-them there is a usage error that says so. Nothing here writes a file: the caches it loads are read, and the
-ones it produces come back as bytes, written by the caller once the plan has passed its check.
+
+Networks are strongly typed (every tensor has the ONNX model's type; precision comes from converting the model
+first, ``_precision``) and no precision flag is set: on TensorRT 11, where strong typing is the only mode,
+``create_network()``; on 10 ``create_network(1 << STRONGLY_TYPED)``. TF32 is cleared unless asked for, so fp32
+layers stay fp32. The one weakly typed build left is TensorRT 10's INT8 calibration of a model without Q/DQ
+(``BuilderSettings.calibrate``: INT8 and FP16 flags and an entropy calibrator); TensorRT 11 removed it, and
+asking for it there is a usage error that says so. Nothing here writes a file: the caches it loads are read,
+and the ones it produces come back as bytes, written by the caller once the plan has passed its check.
 """
 
 from __future__ import annotations
@@ -27,18 +32,22 @@ from ...backends import _tensorrt_logger as tensorrt_logger
 from ._errors import TENSORRT_EXTRA, BuildError, BuildUsageError
 from ._shapes import Profile, Shape, format_shape
 
-__all__ = ["BuilderSettings", "BuiltPlan", "build_serialized", "import_tensorrt"]
+__all__ = ["BuilderSettings", "BuiltPlan", "build_serialized", "can_calibrate", "import_tensorrt"]
 
 _MIB = 1 << 20
-_PRECISION_FLAGS = {"fp16": ("FP16",), "bf16": ("BF16",), "int8": ("INT8", "FP16")}
+#: the flags of TensorRT 10's weakly typed INT8 calibration (int8 kernels, fp16 where int8 has none)
+_CALIBRATION_FLAGS = ("INT8", "FP16")
 
 
 @dataclass(frozen=True)
 class BuilderSettings:
     """What the builder is asked for, beyond the network and its profiles."""
 
-    #: fp32, fp16, bf16 or int8 (int8 also allows fp16 kernels, as trtexec's --int8 --fp16)
+    #: what was asked for (fp32, fp16, bf16 or int8), for the log: the network's types come from the model
     precision: str = "fp32"
+    #: TensorRT 10's INT8 calibration of a model without Q/DQ: a weakly typed network with the INT8 and FP16
+    #: flags (as trtexec's --int8 --fp16) and the calibrator; every other build is strongly typed with no flag
+    calibrate: bool = False
     #: allow TF32 math for fp32 layers (TensorRT's default; off unless asked so that fp32 stays fp32)
     tf32: bool = False
     #: the workspace memory pool limit in MiB (None: TensorRT's default, the device's memory)
@@ -82,6 +91,11 @@ def import_tensorrt() -> Any:
         ) from None
 
 
+def can_calibrate(trt: Any) -> bool:
+    """Whether this TensorRT still has the INT8 calibrator and the weakly typed INT8 flag (10.x; not 11)."""
+    return hasattr(trt, "IInt8EntropyCalibrator2") and hasattr(trt.BuilderFlag, "INT8")
+
+
 def _import_cudart() -> Any:
     for name in ("cuda.bindings.runtime", "cuda.cudart"):
         try:
@@ -106,8 +120,16 @@ def _logger(trt: Any, errors: list[str], warnings: list[str]) -> Any:
     return tensorrt_logger.collect(trt, errors, warnings)
 
 
-def _parse(trt: Any, builder: Any, logger: Any, onnx_path: Path) -> tuple[Any, Any]:
-    network = builder.create_network()
+def _create_network(trt: Any, builder: Any, strongly_typed: bool) -> Any:
+    if not strongly_typed or not hasattr(trt.BuilderFlag, "FP16"):
+        # weakly typed (10's calibration), or a TensorRT without weak typing (11: STRONGLY_TYPED is deprecated
+        # there and ignored, strong typing being the only mode)
+        return builder.create_network()
+    return builder.create_network(1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
+
+
+def _parse(trt: Any, builder: Any, logger: Any, onnx_path: Path, strongly_typed: bool) -> tuple[Any, Any]:
+    network = _create_network(trt, builder, strongly_typed)
     parser = trt.OnnxParser(network, logger)
     if not parser.parse_from_file(str(onnx_path)):
         problems = []
@@ -122,21 +144,22 @@ def _parse(trt: Any, builder: Any, logger: Any, onnx_path: Path) -> tuple[Any, A
     return network, parser
 
 
-def _set_precision(trt: Any, config: Any, settings: BuilderSettings) -> None:
-    if settings.precision == "fp32":
-        tf32 = getattr(trt.BuilderFlag, "TF32", None)
-        if tf32 is not None and not settings.tf32:
-            config.clear_flag(tf32)
+def _set_flags(trt: Any, config: Any, settings: BuilderSettings) -> None:
+    """TF32 off unless asked (strongly typed builds); TensorRT 10's calibration flags for a calibrated build."""
+    if settings.calibrate:
+        for flag_name in _CALIBRATION_FLAGS:
+            flag = getattr(trt.BuilderFlag, flag_name, None)
+            if flag is None:
+                raise BuildUsageError(
+                    f"--int8 calibration: TensorRT {trt.__version__} has no {flag_name} builder flag (TensorRT 11 "
+                    "builds strongly typed networks only): quantize the ONNX model to Q/DQ first and build it "
+                    "with --int8 alone, or calibrate with TensorRT 10"
+                )
+            config.set_flag(flag)
         return
-    for flag_name in _PRECISION_FLAGS[settings.precision]:
-        flag = getattr(trt.BuilderFlag, flag_name, None)
-        if flag is None:
-            raise BuildUsageError(
-                f"--{settings.precision}: TensorRT {trt.__version__} has no {flag_name} builder flag (TensorRT 11 "
-                "builds strongly typed networks only): convert the ONNX model to that precision first "
-                "(ModelOpt AutoCast, or explicit Q/DQ for int8) and build it without the flag, or use TensorRT 10"
-            )
-        config.set_flag(flag)
+    tf32 = getattr(trt.BuilderFlag, "TF32", None)
+    if tf32 is not None and not settings.tf32:
+        config.clear_flag(tf32)
 
 
 def _calibrator(trt: Any, settings: BuilderSettings, written: list[bytes]) -> Any:
@@ -145,7 +168,7 @@ def _calibrator(trt: Any, settings: BuilderSettings, written: list[bytes]) -> An
     if base is None:
         raise BuildUsageError(
             f"--int8: TensorRT {trt.__version__} has no INT8 calibrator (removed in TensorRT 11): quantize the "
-            "ONNX model with explicit Q/DQ nodes (ModelOpt) and build it without --int8, or use TensorRT 10"
+            "ONNX model to Q/DQ first and build it with --int8 alone, or calibrate with TensorRT 10"
         )
     batches = list(settings.calibration_batches)
     cudart: Any = _import_cudart() if batches else None
@@ -246,7 +269,7 @@ def build_serialized(
     warnings: list[str] = []
     logger = _logger(trt, errors, warnings)
     builder = trt.Builder(logger)
-    network, _parser = _parse(trt, builder, logger, onnx_path)
+    network, _parser = _parse(trt, builder, logger, onnx_path, strongly_typed=not settings.calibrate)
     config = builder.create_builder_config()
     for index, profile in enumerate(profiles):
         optimization_profile = builder.create_optimization_profile()
@@ -255,7 +278,7 @@ def build_serialized(
         if config.add_optimization_profile(optimization_profile) < 0:
             shapes = ", ".join(f"{n}:{format_shape(r.min)}..{format_shape(r.max)}" for n, r in profile.items())
             raise BuildError(f"TensorRT refused profile {index} ({shapes}): {'; '.join(errors[-3:])}")
-    _set_precision(trt, config, settings)
+    _set_flags(trt, config, settings)
     if settings.workspace_mib is not None:
         config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, settings.workspace_mib * _MIB)
     if settings.optimization_level is not None:
@@ -274,7 +297,7 @@ def build_serialized(
 
     calibration_written: list[bytes] = []
     calibrator = None
-    if settings.precision == "int8":
+    if settings.calibrate:
         if settings.calibration_batches:
             batches = _calibration_in_network_types(trt, network, settings.calibration_batches)
             settings = dataclasses.replace(settings, calibration_batches=batches)
@@ -282,7 +305,8 @@ def build_serialized(
         config.int8_calibrator = calibrator
         config.set_calibration_profile(_calibration_profile(builder, settings, profiles))
 
-    log(f"building with TensorRT {trt.__version__} ({settings.precision}, {len(profiles)} profile(s))")
+    typing = "weakly typed, INT8 calibration" if settings.calibrate else "strongly typed"
+    log(f"building with TensorRT {trt.__version__} ({settings.precision}, {typing}, {len(profiles)} profile(s))")
     started = time.monotonic()
     try:
         serialized = builder.build_serialized_network(network, config)
