@@ -10,27 +10,30 @@
 #   docker run --rm --gpus all -p 8000-8002:8000-8002 \
 #       -v "$PWD/services/doc_classifier/model_repository:/models:ro" modelsvc-gpu:0.1.0
 #
-# Versions go together; change them together. ONNX Runtime's table for its TensorRT provider
-# (onnxruntime.ai/docs/execution-providers/TensorRT-ExecutionProvider.html): ONNX Runtime 1.22 is built with
-# TensorRT 10.9 and CUDA 12.0-12.8. onnxruntime-gpu 1.27 and later are CUDA 13 builds: not with this base.
+# Versions go together; change them together. One set, CUDA 13: the tensorrt extra of pyproject.toml names its
+# ranges (TensorRT 10.16..11.x for CUDA 13, cuda-python 13) and says where the other copies are; the ARGs below
+# pin one point of it, and loadtests/gpu/verify.sh installs the same. onnxruntime-gpu 1.27 and later are CUDA 13
+# builds, and ONNX Runtime 1.27+ supports TensorRT 11 in its TensorRT provider (TensorRT's 10.x-to-11.x
+# migration guide); 1.26 and earlier are CUDA 12 builds for TensorRT 10: not with this base.
+# TensorRT 11 builds strongly typed networks only: `modelsvc build --fp16` converts the ONNX model first.
 # CUDA and cuDNN come from the base image, where ONNX Runtime's loader finds them; the pip `cuda,cudnn`
 # extras of onnxruntime-gpu would add a second copy that nothing loads (see ONNXRUNTIME_EXTRAS).
-# The node needs an NVIDIA driver of the R570 branch or newer for CUDA 12.8 (older R525+ drivers work
-# through CUDA's minor-version compatibility for what ONNX Runtime uses).
+# The node needs an NVIDIA driver of the R580 branch or newer (CUDA 13.0).
 
 # NVIDIA's CUDA runtime image with cuDNN 9 (Ubuntu 24.04: Python 3.12).
-ARG CUDA_IMAGE=nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04
+ARG CUDA_IMAGE=nvidia/cuda:13.0.2-cudnn-runtime-ubuntu24.04
 
 FROM ${CUDA_IMAGE} AS build
-# onnxruntime-gpu release: a CUDA 12 build (1.27 and later are CUDA 13).
-ARG ONNXRUNTIME_VERSION=1.22.0
-# pip extras of onnxruntime-gpu, e.g. "cuda,cudnn" to take CUDA 12 and cuDNN from pip on a base without them.
+# onnxruntime-gpu release: a CUDA 13 build (1.27 and later; 1.26 and earlier are CUDA 12 builds).
+ARG ONNXRUNTIME_VERSION=1.31.1
+# pip extras of onnxruntime-gpu, e.g. "cuda,cudnn" to take CUDA 13 and cuDNN from pip on a base without them.
 ARG ONNXRUNTIME_EXTRAS=""
-# TensorRT release for ONNX Runtime's TensorRT provider and modelsvc's tensorrt_plan backend.
-ARG TENSORRT_VERSION=10.9.0.34
+# TensorRT release (its CUDA 13 wheels, tensorrt-cu13) for ONNX Runtime's TensorRT provider and modelsvc's
+# tensorrt_plan backend and `modelsvc build`; within the extra's range, 10.16 or later.
+ARG TENSORRT_VERSION=11.4.0.106
 # cuda-python (the tensorrt extra: cuda.bindings, the CUDA calls of the tensorrt_plan backend, never torch).
-# Its major.minor follows the CUDA of the base image: 12.8 here (cuda-python 13.x is for CUDA 13).
-ARG CUDA_PYTHON_VERSION=12.8.0
+# Its major.minor follows the CUDA of the base image: 13.0 here.
+ARG CUDA_PYTHON_VERSION=13.0.3
 # Optional dependency groups of pyproject.toml besides tensorrt: s3, gcs, azure, comma-separated.
 ARG MODELSVC_EXTRAS=s3
 # A package index mirror for pip (optional).
@@ -52,7 +55,7 @@ COPY pyproject.toml README.md ./
 COPY docker/requirements.py docker/requirements.py
 RUN python docker/requirements.py --onnxruntime gpu --onnxruntime-extras "${ONNXRUNTIME_EXTRAS}" \
         --extra tensorrt --extra "${MODELSVC_EXTRAS}" > /tmp/requirements.txt \
-    && printf 'onnxruntime-gpu==%s\ntensorrt==%s\ntensorrt-cu12==%s\ncuda-python==%s\n' \
+    && printf 'onnxruntime-gpu==%s\ntensorrt==%s\ntensorrt-cu13==%s\ncuda-python==%s\n' \
         "${ONNXRUNTIME_VERSION}" "${TENSORRT_VERSION}" "${TENSORRT_VERSION}" "${CUDA_PYTHON_VERSION}" \
         > /tmp/constraints.txt \
     && pip install -r /tmp/requirements.txt -c /tmp/constraints.txt
@@ -62,11 +65,11 @@ RUN pip install --no-deps . \
     && python -c "import onnxruntime as ort; p = ort.get_available_providers(); assert 'TensorrtExecutionProvider' in p and 'CUDAExecutionProvider' in p, p" \
     && python -c "import pynvml; from cuda.bindings import driver, runtime" \
     && ln -s "$(python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/tensorrt_libs" /opt/venv/tensorrt_libs \
-    && test -e /opt/venv/tensorrt_libs/libnvinfer.so.10
+    && test -e "/opt/venv/tensorrt_libs/libnvinfer.so.${TENSORRT_VERSION%%.*}"
 
 FROM ${CUDA_IMAGE}
 LABEL org.opencontainers.image.title="modelsvc-gpu" \
-      org.opencontainers.image.description="Triton-compatible model server (KServe v2 over HTTP and gRPC), CUDA 12 and TensorRT build" \
+      org.opencontainers.image.description="Triton-compatible model server (KServe v2 over HTTP and gRPC), CUDA 13 and TensorRT build" \
       org.opencontainers.image.licenses="Apache-2.0"
 # The numeric user and group the server runs as (not root; numeric, so Kubernetes' runAsNonRoot can check it).
 ARG UID=10001

@@ -387,17 +387,28 @@ def test_requirements_script_refuses_unknown_groups(capsys: pytest.CaptureFixtur
     assert {"s3fs", "gcsfs"} <= _names(printed)
 
 
-def test_gpu_image_versions_go_together() -> None:
-    """onnxruntime-gpu 1.27 and later are CUDA 13 builds: the GPU image pins a CUDA 12 build on a CUDA 12 base."""
+def test_gpu_image_versions_go_together(pyproject: dict[str, object]) -> None:
+    """The GPU image pins one point of the tensorrt extra's CUDA 13 set: a CUDA 13 base, onnxruntime-gpu 1.27 or
+    later (the CUDA 13 builds, TensorRT 11 in their TensorRT provider), TensorRT's CUDA 13 wheels in the extra's range,
+    cuda-python 13."""
+    from packaging.requirements import Requirement
+
     gpu = parse(DOCKER / "modelsvc-gpu.Dockerfile")
     args = {**gpu.global_args, **gpu.stages[0].args}
     cuda_tag = expand(gpu.stages[0].image, gpu.global_args).rpartition(":")[2]
-    assert cuda_tag.startswith("12.")
+    assert cuda_tag.startswith("13.")
     assert "cudnn" in cuda_tag
     assert "runtime" in cuda_tag
     major, minor, _ = (int(x) for x in str(args["ONNXRUNTIME_VERSION"]).split("."))
-    assert (major, minor) < (1, 27)
-    assert str(args["TENSORRT_VERSION"]).startswith("10.")
+    assert (major, minor) >= (1, 27)
+    extra = {r.name: r for r in map(Requirement, pyproject["project"]["optional-dependencies"]["tensorrt"])}  # type: ignore[index]
+    for name, arg in (
+        ("tensorrt", "TENSORRT_VERSION"),
+        ("tensorrt-cu13", "TENSORRT_VERSION"),
+        ("cuda-python", "CUDA_PYTHON_VERSION"),
+    ):
+        assert extra[name].specifier.contains(str(args[arg])), (name, args[arg], extra[name])
+    assert "tensorrt-cu13==%s" in (DOCKER / "modelsvc-gpu.Dockerfile").read_text()
 
 
 # --- the logic server without onnxruntime or torch --------------------------------------------------------
