@@ -191,9 +191,9 @@ def _pyproject() -> dict[str, Any]:
         return tomllib.load(f)
 
 
-def test_gpu_image_installs_cuda_python_12_and_nvml() -> None:
-    """The tensorrt extra brings cuda-python (cuda.bindings), pinned in the image to a CUDA 12 build that matches
-    the CUDA 12 base; NVML's binding is a base dependency, so every image has it."""
+def test_gpu_image_installs_the_cuda_python_of_its_base_and_nvml() -> None:
+    """The tensorrt extra brings cuda-python (cuda.bindings), pinned in the image to the build of the base
+    image's CUDA major version (13); NVML's binding is a base dependency, so every image has it."""
     text = DOCKERFILE.read_text()
     base = re.search(r"^ARG CUDA_IMAGE=nvidia/cuda:(\d+)\.(\d+)\.\d+-", text, re.M)
     assert base is not None
