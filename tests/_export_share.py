@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -53,3 +54,28 @@ def shared_onnx_export() -> Iterator[set[tuple[Any, ...]]]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(export_stages, "torch_export", shared)
         yield used
+
+
+def save_tiny_bert(folder: Path, head: str = "Model", labels: int = 2, hidden: int = 32, layers: int = 2) -> Path:
+    """A small random BERT (``Bert<head>``: Model, ForSequenceClassification...), its weights nudged off their
+    initial values (biases are zeros at init, which would hide a bias that is dropped or misplaced), saved as a
+    transformers folder at ``folder``."""
+    torch = pytest.importorskip("torch", reason="export needs modelsvc[export]")
+    transformers = pytest.importorskip("transformers")
+    config = transformers.BertConfig(
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        intermediate_size=64,
+        vocab_size=100,
+        max_position_embeddings=128,
+        num_labels=labels,
+    )
+    torch.manual_seed(0)
+    model = getattr(transformers, f"Bert{head}")(config)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.05)
+    transformers.utils.logging.disable_progress_bar()
+    model.save_pretrained(folder)
+    return folder

@@ -28,6 +28,7 @@ from modelsvc.tools.build import AUTOCAST_EXTRA, FP32_OPS, BuildOptions, BuildUs
 from modelsvc.tools.build._precision import convert
 from modelsvc.tools.onnx_models import token_classifier, write_model
 from tests._build_fakes import BuildRecord, OnnxAsPlan, fake_tensorrt
+from tests._export_share import save_tiny_bert
 from tests._server import ROOT
 
 #: fp16 vs fp32 on ONNX Runtime: (max abs diff, min cosine of pooled rows)
@@ -37,25 +38,9 @@ _FLOAT, _FLOAT16 = onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16
 
 def _tiny_bert(folder: Path) -> Path:
     """A random 2-layer BERT exported by ``modelsvc export`` with mean pooling: REPO/tiny with its config.pbtxt."""
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
     from modelsvc.tools.export import ExportOptions, export_model
 
-    config = transformers.BertConfig(
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        vocab_size=100,
-        max_position_embeddings=128,
-    )
-    torch.manual_seed(0)
-    model = transformers.BertModel(config)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.add_(torch.randn_like(parameter) * 0.05)
-    transformers.utils.logging.disable_progress_bar()
-    model.save_pretrained(folder / "hf")
+    save_tiny_bert(folder / "hf")
     report = export_model(
         ExportOptions(model=str(folder / "hf"), model_repository=folder / "repo", model_name="tiny", pooling="mean")
     )

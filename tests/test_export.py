@@ -29,7 +29,7 @@ from modelsvc.tools.export import (
 )
 from modelsvc.tools.export._optimize import _split_unsqueezes
 from modelsvc.tools.inspect_model import TensorInfo, inspect_model
-from tests._export_share import shared_onnx_export
+from tests._export_share import save_tiny_bert, shared_onnx_export
 from tests._server import ROOT, ModelsvcProcess
 
 torch = pytest.importorskip("torch", reason="export needs modelsvc[export]")
@@ -42,25 +42,8 @@ LABELS = 3
 
 
 def _tiny_bert(folder: Path, head: str) -> Path:
-    """A 2-layer BERT with hidden size 32, its weights nudged off their initial values (biases are zeros
-    at init, which would hide a bias that is dropped or misplaced), saved as a transformers folder."""
-    config = transformers.BertConfig(
-        hidden_size=HIDDEN,
-        num_hidden_layers=LAYERS,
-        num_attention_heads=4,
-        intermediate_size=64,
-        vocab_size=100,
-        max_position_embeddings=128,
-        num_labels=LABELS,
-    )
-    torch.manual_seed(0)
-    model = getattr(transformers, f"Bert{head}")(config)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.add_(torch.randn_like(parameter) * 0.05)
-    transformers.utils.logging.disable_progress_bar()
-    model.save_pretrained(folder)
-    return folder
+    """A 2-layer BERT with hidden size 32 (``save_tiny_bert``), saved as a transformers folder."""
+    return save_tiny_bert(folder, head, labels=LABELS, hidden=HIDDEN, layers=LAYERS)
 
 
 @pytest.fixture(scope="module")

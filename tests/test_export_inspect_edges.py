@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from modelsvc.tools.inspect_model import InspectError, inspect_model
-from tests._export_share import shared_onnx_export
+from tests._export_share import save_tiny_bert, shared_onnx_export
 from tests._server import ROOT
 
 CONFIG_PBTXT = """name: "m"
@@ -56,26 +56,8 @@ def test_inspect_of_a_text_file_is_an_inspect_error_not_a_traceback(tmp_path: Pa
 
 @pytest.fixture(scope="module")
 def tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    torch = pytest.importorskip("torch", reason="export needs modelsvc[export]")
-    transformers = pytest.importorskip("transformers")
     pytest.importorskip("onnxscript", reason="export needs modelsvc[export]")
-    folder = tmp_path_factory.mktemp("tiny-bert")
-    config = transformers.BertConfig(
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        vocab_size=100,
-        max_position_embeddings=128,
-    )
-    torch.manual_seed(0)
-    model = transformers.BertModel(config)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.add_(torch.randn_like(parameter) * 0.05)
-    transformers.utils.logging.disable_progress_bar()
-    model.save_pretrained(folder)
-    return folder
+    return save_tiny_bert(tmp_path_factory.mktemp("tiny-bert"))
 
 
 def test_a_failed_check_leaves_no_model_repository_behind(tmp_path: Path, tiny_bert: Path) -> None:
