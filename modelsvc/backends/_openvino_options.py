@@ -148,13 +148,16 @@ def parse_options(config: ModelConfig) -> OpenVINOOptions:
 def onnx_accelerator_options(config: ModelConfig) -> OpenVINOOptions:
     """Options for an ONNX model that ``cpu_execution_accelerator { name: "openvino" }`` hands to OpenVINO:
     the accelerator takes no parameters (as in Triton's ORT backend; any is a ModelLoadError naming it), and of
-    the ORT backend's ``parameters`` ``intra_op_thread_count`` becomes ``INFERENCE_NUM_THREADS``."""
+    the ORT backend's ``parameters`` ``intra_op_thread_count`` becomes ``INFERENCE_NUM_THREADS``. The precision is
+    f32, as ONNX Runtime's OpenVINO provider runs a CPU by default (its ``CPU_FP32``): OpenVINO left to itself runs
+    bf16 on a CPU with native bf16 (AVX-512 BF16, AMX), and an accelerator must not change the model's answers."""
     for accelerator in config.optimization.execution_accelerators.cpu_execution_accelerator:
         for key in accelerator.parameters:
             raise ModelLoadError(
                 f"model '{config.name}': cpu_execution_accelerator 'openvino' takes no parameters, got '{key}'"
             )
     options = OpenVINOOptions()
+    options.properties["INFERENCE_PRECISION_HINT"] = "f32"
     if "intra_op_thread_count" in config.parameters:
         value = str(config.parameters["intra_op_thread_count"].string_value).strip()
         if value.isdigit() and int(value) > 0:
