@@ -121,6 +121,7 @@ def test_a_build_after_an_engine_still_reports_tensorrt_s_error(trt: Any) -> Non
     """An engine of this process gave TensorRT its logger first; with a logger of its own, the builder's error went
     there and the build's message said nothing of TensorRT's."""
     trt.Runtime(tl.shared_logger(trt))  # as a PlanEngine loaded earlier does
+    vars(trt)["BuilderFlag"] = types.SimpleNamespace(TF32=1)  # TensorRT 11's: no precision flags
     vars(trt)["Builder"] = lambda logger: _Builder(trt, logger)
     parser = types.SimpleNamespace(parse_from_file=lambda path: True)
     vars(trt)["OnnxParser"] = lambda network, logger: parser
