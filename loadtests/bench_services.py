@@ -133,7 +133,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.rounds < 1 or args.seconds <= 0:
         parser.error("--rounds must be at least 1 and --seconds positive")
     if missing := checkouts.missing_built(checkouts.current().root):
-        parser.error(f"the model of {', '.join(missing)} is not built: run `python -m services.build` first")
+        parser.error(
+            f"the model of {', '.join(missing)} is not built for ONNX Runtime: run "
+            "`python -m services.build --backend onnxruntime` first"
+        )
     signal.signal(signal.SIGTERM, _terminate)
 
     command = shlex.join(["python", "-m", "loadtests.bench_services", *(sys.argv[1:] if argv is None else argv)])

@@ -44,7 +44,8 @@ def test_given_base_must_be_a_checkout(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(
     bool(checkouts.missing_built(ROOT)),
-    reason=f"models not built ({', '.join(checkouts.missing_built(ROOT))}): run `python -m services.build`",
+    reason=f"no ONNX Runtime build of {', '.join(checkouts.missing_built(ROOT))} when collected: "
+    "run `python -m services.build --backend onnxruntime` first",
 )
 def test_quick_run_against_itself(tmp_path: Path) -> None:
     out = tmp_path / "services.json"
