@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-import modelsvc.backends
+import modelsvc.backends.tensorrt
 
-ENGINE_MODULE = "modelsvc.backends._tensorrt_engine"
+ENGINE_MODULE = "modelsvc.backends.tensorrt._tensorrt_engine"
 
 
 class Memory:
@@ -273,4 +273,4 @@ def engine_module(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, Memory
         yield importlib.import_module(ENGINE_MODULE), memory
     finally:
         sys.modules.pop(ENGINE_MODULE, None)
-        vars(modelsvc.backends).pop("_tensorrt_engine", None)
+        vars(modelsvc.backends.tensorrt).pop("_tensorrt_engine", None)

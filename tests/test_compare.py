@@ -434,8 +434,9 @@ class _Tensor:
 
 
 class _StandInEngine:
-    """Stands in for modelsvc.backends._tensorrt_engine.PlanEngine (constructor, description, infer, close). Its
-    "plan" is the path of an ONNX file with INT32 inputs, which it runs in ONNX Runtime; one profile, opt 3x8."""
+    """Stands in for modelsvc.backends.tensorrt._tensorrt_engine.PlanEngine (constructor, description, infer,
+    close). Its "plan" is the path of an ONNX file with INT32 inputs, which it runs in ONNX Runtime; one profile,
+    opt 3x8."""
 
     made: ClassVar[list[tuple[bytes, int, int]]] = []
 

@@ -77,9 +77,9 @@ def host_cudart(monkeypatch: pytest.MonkeyPatch) -> Iterator[types.ModuleType]:
         yield rt
     finally:
         sys.modules.pop(ENGINE_MODULE, None)
-        import modelsvc.backends
+        import modelsvc.backends.tensorrt
 
-        vars(modelsvc.backends).pop("_tensorrt_engine", None)
+        vars(modelsvc.backends.tensorrt).pop("_tensorrt_engine", None)
 
 
 def test_every_check_passes_against_host_memory(
@@ -126,4 +126,5 @@ def test_the_checks_pass_with_modelsvc_s_packages_stood_in_for(
     assert "imported with stand-ins for modelsvc's package imports (asked for missing)" in out
     assert "FAIL" not in out, out
     assert not hasattr(sys.modules["modelsvc.backends._base"], "__file__")  # the stand-in, not the file
-    assert sys.modules[ENGINE_MODULE].__file__ == str(ROOT / "modelsvc" / "backends" / "_tensorrt_engine.py")
+    engine_file = ROOT / "modelsvc" / "backends" / "tensorrt" / "_tensorrt_engine.py"
+    assert sys.modules[ENGINE_MODULE].__file__ == str(engine_file)

@@ -12,8 +12,8 @@ from onnx import numpy_helper
 
 import modelsvc.backends
 from modelsvc.backends import ModelInstance, ModelLoadError, get_backend, visible_gpus
-from modelsvc.backends._onnxruntime import OnnxRuntimeBackend
-from modelsvc.backends._onnxruntime_options import _gpu_providers
+from modelsvc.backends.onnxruntime._onnxruntime import OnnxRuntimeBackend
+from modelsvc.backends.onnxruntime._onnxruntime_options import _gpu_providers
 from modelsvc.protocol import CONFIG_TO_WIRE, ONNX_TO_CONFIG, WIRE_TO_CONFIG, InvalidArgument
 from modelsvc.repository import ModelRepository, ModelSource
 from modelsvc.tools.onnx_models import add_sub, identity, token_classifier, write_model

@@ -17,7 +17,7 @@ import tritonclient.http as httpclient
 from google.protobuf import text_format
 
 from modelsvc.backends import ModelConfig, ModelLoadError, get_backend, visible_gpus
-from modelsvc.backends._onnxruntime_gpu import (
+from modelsvc.backends.onnxruntime._onnxruntime_gpu import (
     CPU,
     CUDA,
     CUDA_KEYS,
@@ -29,7 +29,7 @@ from modelsvc.backends._onnxruntime_gpu import (
     parse_shapes,
     providers,
 )
-from modelsvc.backends._onnxruntime_instance import OnnxRuntimeInstance
+from modelsvc.backends.onnxruntime._onnxruntime_instance import OnnxRuntimeInstance
 from modelsvc.repository import ModelRepository
 from modelsvc.tools import onnx_models as om
 from tests._server import ModelsvcProcess

@@ -11,7 +11,7 @@ from typing import Any
 import onnxruntime
 import pytest
 
-from modelsvc.backends import _onnxruntime_options
+from modelsvc.backends.onnxruntime import _onnxruntime_options
 from tests import test_onnxruntime_gpu_options as gpu_options
 from tests.test_onnxruntime_gpu_options import FALLBACK, create
 

@@ -69,7 +69,7 @@ def param(key: str, value: str) -> str:
 
 
 def test_the_keys_other_layers_read_are_accepted() -> None:
-    from modelsvc.backends._openvino_options import OTHER_KEYS
+    from modelsvc.backends.openvino._openvino_options import OTHER_KEYS
     from modelsvc.scheduler._padding import KEYS
 
     assert set(OTHER_KEYS) == set(KEYS)

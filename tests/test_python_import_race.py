@@ -18,7 +18,7 @@ LOADS = 3000
 def check(tmp_path: Path) -> None:
     """An import in another thread (the server reads ONNX models while python models load) walks sys.path
     while model.py is imported: the walk must not skip entries."""
-    from modelsvc.backends._python_import import _ModelFile
+    from modelsvc.backends.python._python_import import _ModelFile
 
     folder = tmp_path / "m" / "1"
     folder.mkdir(parents=True)

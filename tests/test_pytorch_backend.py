@@ -21,7 +21,7 @@ torch = pytest.importorskip("torch", reason="the pytorch backend needs modelsvc[
 import ml_dtypes  # noqa: E402
 
 from modelsvc.backends import ConfigMismatchError, ModelInstance, ModelLoadError, get_backend  # noqa: E402
-from modelsvc.backends._pytorch_spec import parse_options  # noqa: E402
+from modelsvc.backends.pytorch._pytorch_spec import parse_options  # noqa: E402
 from modelsvc.protocol import InternalError, InvalidArgument  # noqa: E402
 from modelsvc.repository import ModelRepository  # noqa: E402
 

@@ -20,8 +20,8 @@ from google.protobuf import text_format
 
 from modelsvc.backends import ConfigMismatchError, ModelConfig, ModelLoadError, get_backend
 from modelsvc.backends._devices import Placement
-from modelsvc.backends._tensorrt import TensorRTBackend, TensorRTInstance
-from modelsvc.backends._tensorrt_spec import (
+from modelsvc.backends.tensorrt._tensorrt import TensorRTBackend, TensorRTInstance
+from modelsvc.backends.tensorrt._tensorrt_spec import (
     EngineDescription,
     EngineProfile,
     EngineTensor,

@@ -178,7 +178,7 @@ def add_sub_plan() -> bytes:
 
 @pytest.mark.gpu
 def test_plan_engine_outputs_and_description(add_sub_plan: bytes) -> None:
-    from modelsvc.backends._tensorrt_engine import PlanEngine
+    from modelsvc.backends.tensorrt._tensorrt_engine import PlanEngine
 
     engine = PlanEngine(add_sub_plan, device=0, profile=0)
     try:
@@ -211,7 +211,7 @@ def test_plan_engine_outputs_and_description(add_sub_plan: bytes) -> None:
 @pytest.mark.gpu
 def test_a_plan_that_does_not_deserialize_says_which_versions() -> None:
     needs_gpu()
-    from modelsvc.backends._tensorrt_engine import PlanEngine
+    from modelsvc.backends.tensorrt._tensorrt_engine import PlanEngine
 
     with pytest.raises(ModelLoadError, match=r"TensorRT could not deserialize the plan.*This server: TensorRT \d"):
         PlanEngine(b"ftrt" + bytes(1000), device=0)

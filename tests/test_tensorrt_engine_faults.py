@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from modelsvc.backends import ModelLoadError
-from modelsvc.backends._tensorrt_spec import EngineTensor
+from modelsvc.backends.tensorrt._tensorrt_spec import EngineTensor
 from tests._trt_standin import INCOMPATIBLE, Memory, ProfilingVerbosity, Severity, engine_module
 from tests.test_tensorrt_backend import parse
 

@@ -1,4 +1,4 @@
-"""The process's one TensorRT logger (``modelsvc.backends._tensorrt_logger``), shared by the runtime and the
+"""The process's one TensorRT logger (``modelsvc.backends.tensorrt._tensorrt_logger``), shared by the runtime and the
 builder: captures per call and per thread, the builder's own lists, and a build after an engine (TensorRT keeps
 the first logger it was given) still reporting TensorRT's error text."""
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from modelsvc.backends import _tensorrt_logger as tl
+from modelsvc.backends.tensorrt import _tensorrt_logger as tl
 from modelsvc.tools.build import _builder
 from modelsvc.tools.build._errors import BuildError
 from modelsvc.tools.build._shapes import ShapeRange

@@ -6,7 +6,7 @@
 
 For each model and each batch x tokens cell (batch 1, 8, 32, 64 x 128, 512 tokens by default):
 
-- **TensorRT (in-process)**: ``modelsvc.backends._tensorrt_engine.PlanEngine(plan, device=0, profile=0)``,
+- **TensorRT (in-process)**: ``modelsvc.backends.tensorrt._tensorrt_engine.PlanEngine(plan, device=0, profile=0)``,
   ``infer(feeds, outputs)`` from numpy to numpy (host to device copies, the run, the outputs asked for copied
   back);
 - **ONNX Runtime CUDA**: an ``InferenceSession`` of the same ONNX file on ``CUDAExecutionProvider``, converted to
@@ -345,7 +345,7 @@ class Served:
 
 
 def _plan_engine(plan: Path) -> Any:
-    from modelsvc.backends._tensorrt_engine import PlanEngine
+    from modelsvc.backends.tensorrt._tensorrt_engine import PlanEngine
 
     return PlanEngine(plan.read_bytes(), device=0, profile=0)
 

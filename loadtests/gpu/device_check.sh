@@ -114,7 +114,7 @@ run imports 90 "$PYTHON" -c "
 import sys
 assert sys.version_info >= (3, 11), f'Python {sys.version.split()[0]}: modelsvc needs 3.11+'
 import numpy, torch, pynvml, tritonclient.http, tritonclient.grpc
-import modelsvc.server._serve, modelsvc.backends._pytorch, modelsvc.server._nvml
+import modelsvc.server._serve, modelsvc.backends.pytorch._pytorch, modelsvc.server.observe._nvml
 from modelsvc.backends._devices import visible_gpus
 assert torch.cuda.is_available(), f'torch {torch.__version__} sees no CUDA device'
 print(f'Python {sys.version.split()[0]}, numpy {numpy.__version__}, torch {torch.__version__} '

@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python loadtests/gpu/plan_engine_cuda.py
 
-``modelsvc.backends._tensorrt_engine`` runs with the machine's own ``cuda.bindings.runtime`` (cudart) and a
+``modelsvc.backends.tensorrt._tensorrt_engine`` runs with the machine's own ``cuda.bindings.runtime`` (cudart) and a
 stand-in ``tensorrt`` module whose engine copies each input to its output (``execute_async_v3`` does a device to
 device ``cudaMemcpyAsync`` on the stream it is given). That checks, on real CUDA: ``_check``'s handling of cudart's
 ``(error, value...)`` tuples and its error names, ``int(stream)`` handed to TensorRT, pinned host buffers and device
@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-ENGINE_MODULE = "modelsvc.backends._tensorrt_engine"
+ENGINE_MODULE = "modelsvc.backends.tensorrt._tensorrt_engine"
 DTYPES = {"FLOAT": np.float32, "HALF": np.float16, "INT64": np.int64}
 SHAPES = [(1, 1), (4, 8), (64, 512), (3, 5)]  # grows, then reuses
 
@@ -206,11 +206,12 @@ def _raises(kind: type[Exception], call: Callable[[], object]) -> str:
 
 
 def load_engine_module(*, stubs: bool | None = None) -> tuple[types.ModuleType, str]:
-    """``modelsvc.backends._tensorrt_engine`` and how it was imported. modelsvc's package imports need tritonclient,
-    msgspec and more, which a GPU image may lack: there (or with ``stubs=True``) the packages ``modelsvc``,
-    ``modelsvc.backends`` and ``modelsvc.protocol`` are stood in for by empty packages over the real folders, with
-    ``_base`` and ``_devices`` reduced to the names the engine's modules import; ``_tensorrt_engine``,
-    ``_tensorrt_spec`` and ``_tensorrt_logger`` are the real files."""
+    """``modelsvc.backends.tensorrt._tensorrt_engine`` and how it was imported. modelsvc's package imports need
+    tritonclient, msgspec and more, which a GPU image may lack: there (or with ``stubs=True``) the packages
+    ``modelsvc``, ``modelsvc.backends`` and ``modelsvc.protocol`` are stood in for by empty packages over the real
+    folders, with ``_base`` and ``_devices`` reduced to the names the engine's modules import; the package
+    ``modelsvc.backends.tensorrt`` (a docstring), ``_tensorrt_engine``, ``_tensorrt_spec`` and ``_tensorrt_logger``
+    are the real files."""
     import importlib
 
     sys.modules.pop(ENGINE_MODULE, None)

@@ -4,7 +4,8 @@ A model config names its backend with ``backend`` or ``platform`` (Triton's name
 
 Adding a backend (the TensorRT, PyTorch and OpenVINO backends were added this way):
 
-- Implement the protocols of ``_base.py`` in ``_<name>.py`` (split into ``_<name>_*.py`` modules as it grows):
+- Implement the protocols of ``_base.py`` in a folder of its own, ``<name>/_<name>.py`` (split into
+  ``<name>/_<name>_*.py`` modules as it grows; ``<name>/__init__.py`` says what lives there):
   ``Backend`` (``name``, ``autocomplete(config, artifact)``, ``create_instances(config, artifact, version)``,
   placing instances with ``_devices.placements``) and ``ModelInstance`` (``execute`` runs one batch on its
   worker thread, never twice at once; BYTES are object arrays of ``bytes``). An instance that wants a batch's
@@ -52,45 +53,45 @@ from ._inprocess import bind as bind_inprocess
 
 
 def _onnxruntime() -> Backend:
-    from ._onnxruntime import OnnxRuntimeBackend
+    from .onnxruntime._onnxruntime import OnnxRuntimeBackend
 
     return OnnxRuntimeBackend()
 
 
 def _python() -> Backend:
-    from ._python import PythonBackend
+    from .python._python import PythonBackend
 
     return PythonBackend()
 
 
 def _pytorch() -> Backend:
-    from ._pytorch_spec import passive_openmp
+    from .pytorch._pytorch_spec import passive_openmp
 
     passive_openmp()  # before torch loads: see its docstring
     try:
         import torch  # noqa: F401
     except (ImportError, OSError) as exc:
         raise ModelLoadError(f"backend 'pytorch' needs PyTorch ({exc}): pip install 'modelsvc[pytorch]'") from exc
-    from ._pytorch import PyTorchBackend
+    from .pytorch._pytorch import PyTorchBackend
 
     return PyTorchBackend()
 
 
 def _tensorrt() -> Backend:
     try:
-        from ._tensorrt_engine import PlanEngine
+        from .tensorrt._tensorrt_engine import PlanEngine
     except (ImportError, OSError) as exc:
         raise ModelLoadError(
             f"backend 'tensorrt' needs TensorRT and cuda-python ({exc}): pip install 'modelsvc[tensorrt]'"
         ) from exc
-    from ._tensorrt import TensorRTBackend
+    from .tensorrt._tensorrt import TensorRTBackend
 
     return TensorRTBackend(PlanEngine)
 
 
 def _openvino() -> Backend:
     try:
-        from ._openvino import OpenVINOBackend
+        from .openvino._openvino import OpenVINOBackend
     except ImportError as exc:
         raise ModelLoadError(f"backend 'openvino' needs OpenVINO ({exc}): pip install 'modelsvc[openvino]'") from exc
     return OpenVINOBackend()

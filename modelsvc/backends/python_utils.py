@@ -29,29 +29,30 @@ BLS requests to decoupled models: ``exec(decoupled=True)`` iterates their respon
 Not supported, refused with a clear error: request rescheduling. Custom metrics
 (``MetricFamily``) count in the process but are not exported on ``/metrics``.
 
-Where the code lives: ``_pb_tensor`` (tensors, type tables), ``_pb_errors``, ``_pb_response`` (responses,
-flags), ``_pb_request`` (requests), ``_pb_bls`` (BLS and the model API calls to the server), ``_pb_config``
-(``ModelConfig``, config readers) and ``_pb_logging`` (``Logger``, metrics). This module is the one face.
+Where the code lives, in ``modelsvc/backends/python/``: ``_pb_tensor`` (tensors, type tables), ``_pb_errors``,
+``_pb_response`` (responses, flags), ``_pb_request`` (requests), ``_pb_bls`` (BLS and the model API calls to the
+server), ``_pb_config`` (``ModelConfig``, config readers) and ``_pb_logging`` (``Logger``, metrics). This module is
+the one face.
 """
 
 from __future__ import annotations
 
 import sys
 
-from ._pb_bls import is_model_ready, load_model, unload_model
-from ._pb_config import (
+from .python._pb_bls import is_model_ready, load_model, unload_model
+from .python._pb_config import (
     ModelConfig,
     get_input_config_by_name,
     get_output_config_by_name,
     using_decoupled_model_transaction_policy,
 )
-from ._pb_errors import TritonError, TritonModelException
-from ._pb_errors import _error_from_triton as _error_from_triton  # the server's error for a TritonError
-from ._pb_errors import _triton_from_error as _triton_from_error  # and back
-from ._pb_logging import Logger, Metric, MetricFamily
-from ._pb_logging import logger as logger  # the models' logger, modelsvc.python_model
-from ._pb_request import InferenceRequest, get_input_tensor_by_name
-from ._pb_response import (
+from .python._pb_errors import TritonError, TritonModelException
+from .python._pb_errors import _error_from_triton as _error_from_triton  # the server's error for a TritonError
+from .python._pb_errors import _triton_from_error as _triton_from_error  # and back
+from .python._pb_logging import Logger, Metric, MetricFamily
+from .python._pb_logging import logger as logger  # the models' logger, modelsvc.python_model
+from .python._pb_request import InferenceRequest, get_input_tensor_by_name
+from .python._pb_response import (
     TRITONSERVER_MEMORY_CPU,
     TRITONSERVER_MEMORY_GPU,
     TRITONSERVER_REQUEST_FLAG_SEQUENCE_END,
@@ -64,8 +65,8 @@ from ._pb_response import (
     PreferredMemory,
     get_output_tensor_by_name,
 )
-from ._pb_sender import InferenceResponseSender
-from ._pb_tensor import (
+from .python._pb_sender import InferenceResponseSender
+from .python._pb_tensor import (
     TRITON_STRING_TO_NUMPY,
     Tensor,
     deserialize_bytes_tensor,

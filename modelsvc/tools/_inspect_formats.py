@@ -17,7 +17,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from ..backends._openvino_options import OV_TO_CONFIG
+from ..backends.openvino._openvino_options import OV_TO_CONFIG
 from ._inspect_types import InspectError, ModelInfo, TensorInfo
 
 __all__ = ["UNKNOWN", "inspect_openvino", "inspect_torchscript", "openvino_tensors"]

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from ...backends import _tensorrt_logger as tensorrt_logger
+from ...backends.tensorrt import _tensorrt_logger as tensorrt_logger
 from ._errors import TENSORRT_EXTRA, BuildError, BuildUsageError
 from ._shapes import Profile, Shape, format_shape
 
@@ -115,7 +115,7 @@ def _cuda_check(cudart: Any, result: Any) -> Any:
 
 
 def _logger(trt: Any, errors: list[str], warnings: list[str]) -> Any:
-    """The process's one TensorRT logger (TensorRT keeps a single one: ``modelsvc.backends._tensorrt_logger``),
+    """The process's one TensorRT logger (TensorRT keeps a single one: ``modelsvc.backends.tensorrt._tensorrt_logger``),
     collecting what TensorRT logs during this ``build_serialized`` call into ``errors`` and ``warnings``."""
     return tensorrt_logger.collect(trt, errors, warnings)
 

@@ -1,8 +1,8 @@
 """``PlanRunner``: a TensorRT plan run through the tensorrt backend's ``PlanEngine``.
 
-``PlanEngine`` (``modelsvc.backends._tensorrt_engine``) owns everything that touches TensorRT and CUDA; this module
-only adapts it to the ``Runner`` protocol, and imports it when a plan is opened, so that comparing ONNX files and
-served models needs neither TensorRT nor a GPU.
+``PlanEngine`` (``modelsvc.backends.tensorrt._tensorrt_engine``) owns everything that touches TensorRT and CUDA;
+this module only adapts it to the ``Runner`` protocol, and imports it when a plan is opened, so that comparing ONNX
+files and served models needs neither TensorRT nor a GPU.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from ._types import Array, TensorDecl
 
 __all__ = ["PlanRunner"]
 
-ENGINE_MODULE = "modelsvc.backends._tensorrt_engine"
+ENGINE_MODULE = "modelsvc.backends.tensorrt._tensorrt_engine"
 INSTALL_HINT = "pip install 'modelsvc[tensorrt]'"
 #: top-level modules whose absence means the tensorrt extra is not installed
 _EXTRA_MODULES = ("tensorrt", "cuda")
@@ -46,7 +46,7 @@ class PlanRunner:
         from ...backends import ModelLoadError
 
         try:
-            from ...backends._tensorrt_engine import PlanEngine
+            from ...backends.tensorrt._tensorrt_engine import PlanEngine
 
             self._engine = PlanEngine(plan, device=device, profile=profile)
         except ImportError as exc:

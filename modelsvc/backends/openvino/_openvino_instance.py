@@ -13,7 +13,7 @@ import openvino as ov
 
 from modelsvc.protocol import InternalError, InvalidArgument, Unavailable
 
-from ._base import Arrays
+from .._base import Arrays
 
 try:  # BF16 travels as ml_dtypes.bfloat16 arrays; OpenVINO's numpy view of a bf16 tensor is float16-typed bits
     import ml_dtypes as _ml_dtypes

@@ -12,7 +12,7 @@ import torch
 
 from modelsvc.protocol import InternalError, InvalidArgument, Unavailable
 
-from ._base import Arrays
+from .._base import Arrays
 from ._pytorch_spec import TORCH_DTYPES, PyTorchOptions
 from ._pytorch_spec import Plan as IOPlan
 

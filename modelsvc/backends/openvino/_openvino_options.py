@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ._base import ModelConfig, ModelLoadError
+from .._base import ModelConfig, ModelLoadError
 
 #: OpenVINO element type name -> model config DataType name. OpenVINO 2026.4 has string tensors, but its CPU
 #: plugin corrupts memory when one runs through a model (a segfault within a few requests in our checks), so

@@ -25,7 +25,7 @@ from modelsvc.protocol import (
 )
 from modelsvc.protocol import Tensor as WireTensor
 
-from . import _inprocess
+from .. import _inprocess
 from ._pb_bls_stream import stream_async_exec, stream_exec
 from ._pb_errors import TritonError, TritonModelException, _triton_from_error
 from ._pb_logging import logger

@@ -49,7 +49,7 @@ import onnxruntime as ort
 
 from modelsvc.protocol import ONNX_TO_CONFIG
 
-from ._base import (
+from .._base import (
     ConfigMismatchError,
     ModelConfig,
     ModelInstance,
@@ -58,7 +58,7 @@ from ._base import (
     data_type_name,
     data_type_value,
 )
-from ._devices import Placement, placements
+from .._devices import Placement, placements
 from ._onnxruntime_gpu import CPU as _CPU
 from ._onnxruntime_gpu import CUDA as _CUDA
 from ._onnxruntime_gpu import TRT as _TRT
@@ -167,7 +167,7 @@ def _supports_batching(infos: Sequence[_TensorInfo]) -> bool:
 def _openvino_instances(config: ModelConfig, artifact: Path, where: list[Placement]) -> list[ModelInstance]:
     """CPU instances on OpenVINO for ``cpu_execution_accelerator { name: "openvino" }`` (imported only then)."""
     try:
-        from ._openvino import onnx_instances
+        from ..openvino._openvino import onnx_instances
     except ImportError as exc:
         raise ModelLoadError(
             f"model '{config.name}': cpu_execution_accelerator 'openvino' needs OpenVINO ({exc}): "

@@ -18,9 +18,9 @@ from tritonclient.grpc import model_config_pb2
 
 from modelsvc.protocol import CONFIG_TO_WIRE, NUMPY_DTYPES, InternalError, ModelsvcError, Unavailable
 
-from . import python_utils as pb
-from ._base import Arrays, BatchRequest, ModelLoadError
-from ._decoupled import channel_of
+from .. import python_utils as pb
+from .._base import Arrays, BatchRequest, ModelLoadError
+from .._decoupled import channel_of
 from ._pb_bls import _Caller, _refuse_server_calls, _set_caller
 from ._pb_errors import _error_from_triton
 from ._pb_sender import InferenceResponseSender, run_decoupled

@@ -10,7 +10,7 @@ import threading
 
 import onnxruntime as ort
 
-from ._base import ModelConfig, ModelLoadError
+from .._base import ModelConfig, ModelLoadError
 from ._onnxruntime_gpu import FALSE, TRUE, ProviderSpec, gpu_accelerators
 from ._onnxruntime_gpu import providers as gpu_providers
 

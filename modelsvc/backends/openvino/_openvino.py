@@ -71,8 +71,8 @@ from pathlib import Path
 import openvino as ov
 from tritonclient.grpc import model_config_pb2
 
-from ._base import ConfigMismatchError, ModelConfig, ModelInstance, ModelLoadError
-from ._devices import Placement, placements
+from .._base import ConfigMismatchError, ModelConfig, ModelInstance, ModelLoadError
+from .._devices import Placement, placements
 from ._openvino_instance import OpenVINOInstance
 from ._openvino_model import complete_config, read_model
 from ._openvino_options import OpenVINOOptions, onnx_accelerator_options, parse_options

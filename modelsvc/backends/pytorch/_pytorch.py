@@ -56,8 +56,8 @@ from typing import Any
 
 import torch
 
-from ._base import ModelConfig, ModelInstance, ModelLoadError
-from ._devices import placements
+from .._base import ModelConfig, ModelInstance, ModelLoadError
+from .._devices import placements
 from ._pytorch_instance import PyTorchInstance
 from ._pytorch_spec import (
     EMBEDDED_CONFIG,

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
-from ._base import ModelLoadError
+from .._base import ModelLoadError
 
 logger = logging.getLogger("modelsvc.backends.python")
 

@@ -24,8 +24,8 @@ from typing import Any
 
 from modelsvc.protocol import InvalidArgument
 
-from ._base import ConfigMismatchError, ModelConfig, ModelLoadError, complete_dims, data_type_name, data_type_value
-from ._devices import Placement
+from .._base import ConfigMismatchError, ModelConfig, ModelLoadError, complete_dims, data_type_name, data_type_value
+from .._devices import Placement
 
 Shape = tuple[int, ...]
 

@@ -23,8 +23,8 @@ import numpy as np
 
 from modelsvc.protocol import InternalError, InvalidArgument, Unavailable
 
-from ._base import Arrays, ModelConfig, ModelInstance, ModelLoadError
-from ._devices import placements, visible_gpus
+from .._base import Arrays, ModelConfig, ModelInstance, ModelLoadError
+from .._devices import placements, visible_gpus
 from ._tensorrt_spec import EngineDescription, autocomplete_config, check_config, check_request_shapes, choose_profiles
 
 _KIND_GPU = 1  # model_config_pb2.ModelInstanceGroup.KIND_GPU

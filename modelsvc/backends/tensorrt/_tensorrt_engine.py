@@ -18,7 +18,7 @@ import numpy as np
 import tensorrt as trt
 from cuda.bindings import runtime as cudart
 
-from ._base import ModelLoadError
+from .._base import ModelLoadError
 from ._tensorrt_logger import capture, shared_logger
 from ._tensorrt_spec import (
     EngineDescription,

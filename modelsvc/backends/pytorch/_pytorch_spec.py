@@ -13,7 +13,7 @@ from typing import Any
 
 from google.protobuf import text_format
 
-from ._base import ConfigMismatchError, ModelConfig, ModelLoadError, complete_dims, data_type_name
+from .._base import ConfigMismatchError, ModelConfig, ModelLoadError, complete_dims, data_type_name
 
 logger = logging.getLogger("modelsvc.backends.pytorch")
 

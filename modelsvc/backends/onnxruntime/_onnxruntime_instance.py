@@ -14,7 +14,7 @@ from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
 
 from modelsvc.protocol import InternalError, InvalidArgument, Unavailable
 
-from ._base import Arrays
+from .._base import Arrays
 
 
 def _to_ort_strings(array: np.ndarray[Any, Any], name: str) -> np.ndarray[Any, Any]:

@@ -35,7 +35,7 @@ config does not allow fails that request. ``initialize`` raising, a missing ``mo
 without ``TritonPythonModel`` fail the load; the message shows in the repository index.
 
 Where the code lives: ``_python_import`` imports model.py, ``_python_instance`` runs the requests, and
-``python_utils`` (with its ``_pb_*`` modules) is the ``pb_utils`` API the models call.
+``modelsvc.backends.python_utils`` (with the ``_pb_*`` modules here) is the ``pb_utils`` API the models call.
 """
 
 from __future__ import annotations
@@ -49,9 +49,9 @@ from google.protobuf import json_format
 
 from modelsvc.protocol._pbjson import message_to_json
 
-from . import python_utils as pb
-from ._base import ConfigMismatchError, ModelConfig, ModelInstance, ModelLoadError
-from ._devices import placements
+from .. import python_utils as pb
+from .._base import ConfigMismatchError, ModelConfig, ModelInstance, ModelLoadError
+from .._devices import placements
 from ._pb_bls import _Caller
 from ._python_import import _ModelFile
 from ._python_instance import PythonInstance, _OutputSpec

@@ -18,7 +18,7 @@ import difflib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from ._base import ModelConfig, ModelLoadError
+from .._base import ModelConfig, ModelLoadError
 
 TRT = "TensorrtExecutionProvider"
 CUDA = "CUDAExecutionProvider"

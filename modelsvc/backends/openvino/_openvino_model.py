@@ -11,7 +11,7 @@ from typing import Any
 
 import openvino as ov
 
-from ._base import ConfigMismatchError, ModelConfig, ModelLoadError, complete_dims, data_type_name, data_type_value
+from .._base import ConfigMismatchError, ModelConfig, ModelLoadError, complete_dims, data_type_name, data_type_value
 from ._openvino_options import OV_TO_CONFIG, OpenVINOOptions
 
 logger = logging.getLogger("modelsvc.backends.openvino")

@@ -26,7 +26,7 @@ from typing import Any
 
 from modelsvc.protocol import InternalError, ModelsvcError
 
-from ._decoupled import Arrays, ResponseChannel
+from .._decoupled import Arrays, ResponseChannel
 from ._pb_errors import TritonModelException
 from ._pb_response import TRITONSERVER_RESPONSE_COMPLETE_FINAL, InferenceResponse
 
