@@ -13,7 +13,7 @@ from modelsvc.backends import ModelConfig, ModelLoadError
 from modelsvc.protocol import InvalidArgument
 from modelsvc.repository import ConfigError, ModelRepository
 from modelsvc.scheduler import SequenceSettings, load_initial_states
-from modelsvc.scheduler._sequence_rows import request_params
+from modelsvc.scheduler.sequence._sequence_rows import request_params
 
 HEAD = """name: "m"
 backend: "python"

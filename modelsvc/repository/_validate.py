@@ -13,7 +13,7 @@ from tritonclient.grpc import model_config_pb2
 from modelsvc.backends import ModelConfig
 
 from ..backends import backend_name
-from ..scheduler._sequence_config import SequenceConfigError, SequenceSettings
+from ..scheduler.sequence._sequence_config import SequenceConfigError, SequenceSettings
 from ._locate import Locator
 
 KIND_AUTO = model_config_pb2.ModelInstanceGroup.KIND_AUTO

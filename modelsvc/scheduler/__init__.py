@@ -29,8 +29,9 @@ its own rules, as ``tests/test_planner.py`` has for the dynamic batcher and ``te
 for the padding-aware one.
 
 Triton's ``sequence_batching`` is not a planner: its requests are routed by correlation id to sequence slots
-that live across requests, so it is a scheduler of its own, ``SequenceScheduler`` (``_sequence.py``; settings
-``SequenceSettings`` in ``_sequence_config.py``, rows in ``_sequence_rows.py``), chosen in
+that live across requests, so it is a scheduler of its own in ``sequence/``: ``SequenceScheduler``
+(``sequence/_sequence.py``; settings ``SequenceSettings`` in ``_sequence_config.py``, rows in ``_sequence_rows.py``,
+slots in ``_sequence_slots.py``), chosen in
 ``modelsvc.server._version`` for a config with ``sequence_batching``.
 """
 
@@ -41,10 +42,10 @@ from ._padding import PadInput, PadSpec
 from ._planner import Plan, Planner, Queued
 from ._queue import WorkItem
 from ._scheduler import Scheduler
-from ._sequence import SequenceScheduler
-from ._sequence_config import SequenceConfigError, SequenceSettings, load_initial_states
 from ._stats import BATCH_FILL_BUCKETS, BatchStat, Duration, FillHistogram, ModelStats
 from ._tracing import TracedBatch, TracedRequest
+from .sequence._sequence import SequenceScheduler
+from .sequence._sequence_config import SequenceConfigError, SequenceSettings, load_initial_states
 
 __all__ = [
     "BATCH_FILL_BUCKETS",

@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 from tritonclient.grpc import model_config_pb2
 
-from ..backends import ModelConfig, ModelLoadError
-from ..protocol import CONFIG_TO_WIRE, NUMPY_DTYPES
+from ...backends import ModelConfig, ModelLoadError
+from ...protocol import CONFIG_TO_WIRE, NUMPY_DTYPES
 
 _Control = model_config_pb2.ModelSequenceBatching.Control
 START = "START"

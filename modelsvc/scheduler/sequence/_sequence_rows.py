@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..protocol import InternalError, InvalidArgument
+from ...protocol import InternalError, InvalidArgument
 from ._sequence_config import CORRID, END, READY, START, SequenceSettings
 
 Arrays = dict[str, np.ndarray[Any, Any]]

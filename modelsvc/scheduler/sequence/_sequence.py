@@ -37,9 +37,11 @@ from collections.abc import Callable, Sequence
 from time import perf_counter_ns
 from typing import Any
 
-from ..backends import BatchRequest, ModelInstance
-from ..protocol import InferRequest, InternalError, InvalidArgument, ModelsvcError, Unavailable
-from ._instances import Arrays, InstanceThread, Result
+from ...backends import BatchRequest, ModelInstance
+from ...protocol import InferRequest, InternalError, InvalidArgument, ModelsvcError, Unavailable
+from .._instances import Arrays, InstanceThread, Result
+from .._stats import ModelStats
+from .._tracing import TracedRequest
 from ._sequence_config import SequenceSettings
 from ._sequence_rows import (
     CorrId,
@@ -53,8 +55,6 @@ from ._sequence_rows import (
 from ._sequence_slots import Lane as _Lane
 from ._sequence_slots import SequenceEntry as _Sequence
 from ._sequence_slots import Step as _Step
-from ._stats import ModelStats
-from ._tracing import TracedRequest
 
 logger = logging.getLogger("modelsvc.scheduler")
 

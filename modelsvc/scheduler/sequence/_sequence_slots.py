@@ -9,10 +9,10 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..protocol import InferRequest
-from ._instances import Arrays, InstanceThread
+from ...protocol import InferRequest
+from .._instances import Arrays, InstanceThread
+from .._tracing import TracedRequest
 from ._sequence_rows import CorrId
-from ._tracing import TracedRequest
 
 
 @dataclass(eq=False, slots=True)
