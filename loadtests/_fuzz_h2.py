@@ -1,5 +1,5 @@
-"""Fuzzing the gRPC server's HTTP/2 frame parser (``modelsvc/server/_grpc_h2.py``): any bytes a client may send,
-mostly frames of every type with valid, odd or wrong payloads, split at any points.
+"""Fuzzing the gRPC server's HTTP/2 frame parser (``modelsvc/server/grpc/h2/_connection.py``): any bytes a client may
+send, mostly frames of every type with valid, odd or wrong payloads, split at any points.
 
 The connection is the server's own ``H2Connection``; a transport that keeps what is written stands in for the
 socket, and a handler that keeps the streams it is given stands in for the gRPC methods. What must hold: feeding
@@ -17,8 +17,8 @@ from typing import Any
 import hpack
 from hypothesis import strategies as st
 
-from modelsvc.server._grpc_h2 import H2Connection
-from modelsvc.server._grpc_h2_frames import (
+from modelsvc.server.grpc.h2._connection import H2Connection
+from modelsvc.server.grpc.h2._frames import (
     CONTINUATION,
     DATA,
     GOAWAY,
@@ -29,7 +29,7 @@ from modelsvc.server._grpc_h2_frames import (
     SETTINGS,
     WINDOW_UPDATE,
 )
-from modelsvc.server._grpc_h2_stream import H2Stream
+from modelsvc.server.grpc.h2._stream import H2Stream
 
 from ._fuzz_protocol import Target
 

@@ -34,9 +34,10 @@ from modelsvc.protocol import (
     numpy_dtype,
     serialize_bytes_tensor,
 )
-from modelsvc.server import _grpc_codec, _grpc_wire
-from modelsvc.server._grpc_calls import _metadata, _timeout_s
-from modelsvc.server._http import _header_int, infer_target
+from modelsvc.server.grpc import _codec as _grpc_codec
+from modelsvc.server.grpc import _wire as _grpc_wire
+from modelsvc.server.grpc._calls import _metadata, _timeout_s
+from modelsvc.server.http._endpoint import _header_int, infer_target
 
 # -- pieces ----------------------------------------------------------------------------------------------
 

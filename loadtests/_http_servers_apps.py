@@ -16,7 +16,7 @@ from litestar import Litestar
 
 from modelsvc.repository import ModelRepository
 from modelsvc.server import DataPlane, InferEndpoint, ModelManager
-from modelsvc.server._http import create_http_app, infer_target
+from modelsvc.server.http._endpoint import create_http_app, infer_target
 
 MAX_BODY = 64 * 1024 * 1024
 

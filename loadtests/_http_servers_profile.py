@@ -24,7 +24,7 @@ def _py_spy() -> str | None:
 
 
 def _function(frame: str) -> str:
-    """``handle (modelsvc/server/_http.py:271)`` -> ``handle (_http.py)``: one name per function."""
+    """``handle (modelsvc/server/http/_endpoint.py:271)`` -> ``handle (_endpoint.py)``: one name per function."""
     match = _LINE.search(frame)
     if match is None:
         return frame.strip()

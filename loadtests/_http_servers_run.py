@@ -43,7 +43,7 @@ async def _until_sigterm() -> None:
 
 
 async def _ours(loaded: Loaded, port: int) -> None:
-    from modelsvc.server._httpserver import HttpServer
+    from modelsvc.server.http._server import HttpServer
 
     server = HttpServer(loaded.app, infer=loaded.endpoint, max_body_size=MAX_BODY)
     await server.start("127.0.0.1", port)

@@ -15,10 +15,10 @@ from typing import Any
 from modelsvc.client import ClientError, InferResult, Timeout
 from modelsvc.client._core import infer_request
 from modelsvc.client._errors import error_from_http
+from modelsvc.engine import DataPlane, ModelManager, http_error
 from modelsvc.protocol import ModelsvcError, Tensor
 from modelsvc.repository import ModelRepository
-from modelsvc.server import DataPlane, Metrics, ModelManager
-from modelsvc.server._errors import http_error
+from modelsvc.server import Metrics
 
 
 class EmbeddedModelService:

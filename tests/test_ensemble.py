@@ -20,10 +20,10 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from modelsvc.backends import ModelConfig
+from modelsvc.engine._ensemble import EnsembleScheduler
 from modelsvc.protocol import InferRequest, InvalidArgument, Tensor
 from modelsvc.repository import ConfigError, EnsembleConfigError, ModelRepository, plan_ensemble
 from modelsvc.server import DataPlane, ModelManager
-from modelsvc.server._ensemble import EnsembleScheduler
 from modelsvc.tools import onnx_models as om
 from tests._ensembles import ensemble, step, write_ensemble
 from tests._server import ModelsvcProcess
@@ -527,7 +527,7 @@ async def test_a_traced_ensemble_request_shows_its_pipeline_as_one_batch(tmp_pat
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
     from modelsvc.server import InferEndpoint
-    from modelsvc.server._tracing import TraceSettings, start_tracing
+    from modelsvc.server.observe._tracing import TraceSettings, start_tracing
 
     om.write_model(tmp_path, "identity", om.identity(), identity_config("identity"))
     two = ",\n".join(

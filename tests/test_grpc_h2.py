@@ -1,4 +1,4 @@
-"""The gRPC endpoint's own HTTP/2 (``_grpc_h2``, ``_grpc_calls``) against real clients: what grpcio's server used to
+"""The gRPC endpoint's own HTTP/2 (``grpc/h2/``, ``grpc/_calls``) against real clients: what grpcio's server used to
 do for modelsvc (method routing, deadlines, compression, flow control for large messages, many calls on one
 connection) and the HTTP/2 rules a raw client can break. One server for the module."""
 
@@ -20,7 +20,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from modelsvc.server._grpc_h2 import GOAWAY, PING, PREFACE, SETTINGS, frame
+from modelsvc.server.grpc.h2._connection import GOAWAY, PING, PREFACE, SETTINGS, frame
 from modelsvc.tools import onnx_models as om
 from tests._server import ModelsvcProcess
 from tests.conftest import identity_config
@@ -194,7 +194,7 @@ async def test_both_engines_answer_alike(tmp_path: Path, engine: str) -> None:
     """``GrpcServer(engine=...)``: the HTTP/2 of this package (the default) and grpcio's server, same service."""
     from modelsvc.repository import ModelRepository
     from modelsvc.server import DataPlane, ModelManager
-    from modelsvc.server._grpc import GrpcServer
+    from modelsvc.server.grpc._service import GrpcServer
 
     om.write_model(tmp_path, "solo", om.identity(), identity_config("solo"))
     models = ModelManager(ModelRepository(tmp_path))
@@ -223,7 +223,7 @@ async def test_both_engines_answer_alike(tmp_path: Path, engine: str) -> None:
 
 
 def test_split_raw_inputs_takes_views_and_keeps_every_other_field() -> None:
-    from modelsvc.server._grpc_wire import split_raw_inputs
+    from modelsvc.server.grpc._wire import split_raw_inputs
 
     request = raw_request("m", np.ones((1, 3), np.float32), "x")
     request.inputs.add(name="B", datatype="FP32", shape=[1, 2])

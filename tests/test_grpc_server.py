@@ -34,8 +34,8 @@ from modelsvc.protocol import InvalidArgument, serialize_bytes_tensor
 from modelsvc.protocol._pbjson import message_to_json
 from modelsvc.repository import ModelRepository
 from modelsvc.server import DataPlane, ModelManager
-from modelsvc.server._grpc import GrpcServer, decode_infer_request, grpc_status
-from modelsvc.server._tracing import TraceSettings, start_tracing
+from modelsvc.server.grpc._service import GrpcServer, decode_infer_request, grpc_status
+from modelsvc.server.observe._tracing import TraceSettings, start_tracing
 from modelsvc.tools import onnx_models as om
 from tests._server import ModelsvcProcess
 from tests.conftest import DTYPES, identity_config

@@ -691,7 +691,7 @@ def _exported_metric_names() -> set[str]:
     from prometheus_client import generate_latest
 
     from logicd._metrics import Metrics
-    from modelsvc.server import _metrics
+    from modelsvc.server.observe import _metrics
 
     names = {name for name, _, _ in _metrics._COUNTERS}
     names |= set(re.findall(r'"(nv_inference_pending_request_count)"', Path(_metrics.__file__).read_text()))

@@ -1,11 +1,11 @@
-"""Our hand-written HTTP/1.1 server (modelsvc/server/_httpserver.py) as a real server must behave: every answer
+"""Our hand-written HTTP/1.1 server (modelsvc/server/http/_server.py) as a real server must behave: every answer
 parsed byte for byte by h11 (a strict, independent HTTP/1.1 implementation) as a conforming response, under what
 clients and networks really do: long pipelines, byte-by-byte writes, chunked bodies with extensions and trailers,
 ``Expect: 100-continue`` with the body sent at once, malformed requests, half-closed connections, many connections
 at once, and a battery of real clients. test_http_wire.py and test_httpserver.py hold the basics; this file does
 not repeat them.
 
-The last section holds the gaps this battery found, each with the rule it checks; all fixed in _httpserver.py.
+The last section holds the gaps this battery found, each with the rule it checks; all fixed in http/_server.py.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ from tritonclient.utils import InferenceServerException
 
 from modelsvc.backends import ModelConfig
 from modelsvc.scheduler._padding import PadSpec
-from modelsvc.server._tracing import TraceSettings, start_tracing
+from modelsvc.server.observe._tracing import TraceSettings, start_tracing
 from modelsvc.tools import onnx_models as om
 from tests._server import ROOT, ModelsvcProcess
 from tests.conftest import infer_input

@@ -19,9 +19,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from modelsvc.protocol import InferRequest, Tensor
-from modelsvc.scheduler import ModelStats
-from modelsvc.server._cache import (
+from modelsvc.engine._cache import (
     ENTRY_OVERHEAD,
     TENSOR_OVERHEAD,
     CacheConfigError,
@@ -30,6 +28,8 @@ from modelsvc.server._cache import (
     parse_cache_config,
     request_key,
 )
+from modelsvc.protocol import InferRequest, Tensor
+from modelsvc.scheduler import ModelStats
 from modelsvc.tools import onnx_models as om
 from tests._ensembles import ensemble, step, write_ensemble
 from tests._server import ROOT, ModelsvcProcess

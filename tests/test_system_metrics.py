@@ -16,9 +16,9 @@ import httpx
 import pytest
 
 from modelsvc import _cli
-from modelsvc.server._metrics import render_families
-from modelsvc.server._nvml import NvmlReader
-from modelsvc.server._system_metrics import (
+from modelsvc.server.observe._metrics import render_families
+from modelsvc.server.observe._nvml import NvmlReader
+from modelsvc.server.observe._system_metrics import (
     CpuReader,
     CpuRecord,
     EnergyCounter,

@@ -27,7 +27,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from modelsvc._cli import _parser
 from modelsvc.repository import ModelRepository
 from modelsvc.server import DataPlane, InferEndpoint, ModelManager, ServeOptions
-from modelsvc.server._tracing import TraceConfigError, TraceSettings, parse_trace_config, start_tracing
+from modelsvc.server.observe._tracing import TraceConfigError, TraceSettings, parse_trace_config, start_tracing
 from modelsvc.tools.onnx_models import identity, write_model
 from tests._server import ModelsvcProcess, free_port
 

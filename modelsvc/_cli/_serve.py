@@ -164,12 +164,12 @@ def run(args: argparse.Namespace) -> int:
         level=logging.DEBUG if args.log_verbose > 0 else logging.INFO,
         format="%(asctime)s %(levelname).1s %(name)s] %(message)s",
     )
+    from ..engine import ModelControlMode
+    from ..engine._cache import CacheConfigError, parse_cache_config
     from ..repository import is_remote
     from ..server import ServeOptions, serve
-    from ..server._cache import CacheConfigError, parse_cache_config
-    from ..server._models import ModelControlMode
     from ..server._restricted import RestrictedApis, RestrictionError
-    from ..server._tracing import TraceConfigError, parse_trace_config
+    from ..server.observe import TraceConfigError, parse_trace_config
 
     try:
         trace = parse_trace_config(args.trace_config)

@@ -1,15 +1,19 @@
-"""The model server: one data plane under the HTTP and gRPC transports, the model lifecycle, metrics, the runner."""
+"""The model server: the doors onto the engine (``modelsvc.engine``) and the process that runs them.
 
-from ._dataplane import DataPlane
-from ._http import InferEndpoint, Reply, create_http_app, infer_target
-from ._httpserver import HttpServer
-from ._metrics import Metrics
-from ._models import ModelControlMode, ModelManager
-from ._registry import ModelEntry
+- ``_serve``: ``modelsvc serve``, the process: the engine, its doors, metrics and tracing, shutdown;
+- ``_restricted``: restricted endpoints (``--http-restricted-api``, ``--grpc-restricted-protocol``);
+- ``http/``: the HTTP door: the inference endpoint, the httptools server, and the Litestar app for the other routes;
+- ``grpc/``: the gRPC door: the service, streams, codec and status codes; ``grpc/h2/`` the HTTP/2 engine;
+- ``observe/``: Prometheus metrics, system and GPU (NVML) metrics, OpenTelemetry tracing.
+
+The engine's names are re-exported here for code written against this package before the engine had its own.
+"""
+
+from ..engine import DataPlane, ModelControlMode, ModelEntry, ModelManager, ModelVersion, TensorSpec
 from ._restricted import ApiCategory, RestrictedApis
 from ._serve import ServeOptions, create_metrics_app, serve
-from ._spec import TensorSpec
-from ._version import ModelVersion
+from .http import HttpServer, InferEndpoint, Reply, create_http_app, infer_target
+from .observe import Metrics
 
 __all__ = [
     "ApiCategory",

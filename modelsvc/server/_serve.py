@@ -13,19 +13,12 @@ from typing import Any
 
 from litestar import Litestar, Response, get
 
+from ..engine import CacheSettings, DataPlane, ModelControlMode, ModelManager, RepositoryPoller, ResponseCache
 from ..repository import ModelRepository, RemoteRepository, RemoteRepositoryError, is_remote
-from ._cache import CacheSettings, ResponseCache
-from ._control import RepositoryPoller
-from ._dataplane import DataPlane
-from ._grpc import DEFAULT_MAX_MESSAGE_BYTES, GrpcServer
-from ._http import InferEndpoint, create_http_app
-from ._httpserver import HttpServer
-from ._metrics import Metrics
-from ._models import ModelControlMode, ModelManager
-from ._nvml import NvmlReader
 from ._restricted import RestrictedApis
-from ._system_metrics import DEFAULT_INTERVAL_MS, SystemMetrics
-from ._tracing import TraceSettings, start_tracing
+from .grpc import DEFAULT_MAX_MESSAGE_BYTES, GrpcServer
+from .http import HttpServer, InferEndpoint, create_http_app
+from .observe import DEFAULT_INTERVAL_MS, Metrics, NvmlReader, SystemMetrics, TraceSettings, start_tracing
 
 logger = logging.getLogger("modelsvc")
 

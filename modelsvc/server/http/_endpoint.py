@@ -1,7 +1,7 @@
 """The HTTP/REST transport of the v2 protocol: a thin layer over the data plane.
 
 Every route is an ordinary Litestar handler. Inference goes through ``InferEndpoint`` (bytes in,
-bytes out), which the fast HTTP server in ``_httpserver`` also calls directly on its hot path.
+bytes out), which the fast HTTP server in ``_server`` also calls directly on its hot path.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ import msgspec
 from litestar import Litestar, Request, Response, get, post
 from litestar.exceptions import HTTPException
 
-from ..protocol import (
+from ...engine import DataPlane, DecoupledRefused, http_error
+from ...protocol import (
     HEADER_CONTENT_LENGTH,
     InvalidArgument,
     decode_infer_request,
@@ -24,9 +25,7 @@ from ..protocol import (
     encode_infer_response_parts,
     encode_json,
 )
-from ._dataplane import DataPlane, DecoupledRefused
-from ._errors import http_error
-from ._restricted import ApiCategory, RestrictedApis, http_category
+from .._restricted import ApiCategory, RestrictedApis, http_category
 
 logger = logging.getLogger("modelsvc.http")
 

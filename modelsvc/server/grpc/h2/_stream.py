@@ -1,4 +1,4 @@
-"""One HTTP/2 stream of ``_grpc_h2``: the gRPC messages that arrive on it (assembled, inflated, size-checked) and
+"""One HTTP/2 stream of ``_connection``: the gRPC messages that arrive on it (assembled, inflated, size-checked) and
 the way back (the answer's headers, its message under flow control, the trailers)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import collections
 import zlib
 from typing import Protocol
 
-from ._grpc_h2_frames import (
+from ._frames import (
     _HEAD,
     _U32,
     DATA,
@@ -24,7 +24,7 @@ from ._grpc_h2_frames import (
 
 
 class Connection(Protocol):
-    """What a stream uses of its connection (``_grpc_h2.H2Connection``)."""
+    """What a stream uses of its connection (``_connection.H2Connection``)."""
 
     loop: asyncio.AbstractEventLoop
     transport: asyncio.Transport | None

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..protocol import InferResponse, Tensor, serialize_bytes_tensor
+from ...protocol import InferResponse, Tensor, serialize_bytes_tensor
 
 _RAW_OUTPUT_TAG = b"\x32"  # field 6 (raw_output_contents), wire type 2 (length-delimited)
 

@@ -30,14 +30,14 @@ from typing import Any, Protocol
 import grpc
 from tritonclient.grpc import service_pb2
 
-from ..protocol import ModelsvcError
-from ._dataplane import is_decoupled
-from ._grpc_codec import decode_infer_request, encode_infer_response
-from ._grpc_status import SHUTTING_DOWN, Context, _abort, _end_trace, grpc_status
+from ...engine._dataplane import is_decoupled
+from ...protocol import ModelsvcError
+from ._codec import decode_infer_request, encode_infer_response
+from ._status import SHUTTING_DOWN, Context, _abort, _end_trace, grpc_status
 
 
 class InferenceService(Protocol):
-    """What a stream needs of the gRPC service (``_grpc.InferenceService``)."""
+    """What a stream needs of the gRPC service (``_service.InferenceService``)."""
 
     draining: bool
     dataplane: Any

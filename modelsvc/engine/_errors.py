@@ -1,4 +1,6 @@
-"""Error kinds to transport status codes: one table per transport, as Triton maps them."""
+"""Error kinds to HTTP status codes, as Triton maps them: the table the HTTP door and embedded mode share.
+
+The gRPC door keeps its own table (``modelsvc.server.grpc._status``); the kinds are ``modelsvc.protocol``'s."""
 
 from __future__ import annotations
 

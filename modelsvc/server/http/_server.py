@@ -25,9 +25,9 @@ from urllib.parse import unquote
 
 import httptools
 
-from ..protocol import HEADER_CONTENT_LENGTH, encode_error
-from ._http import InferEndpoint, infer_target
-from ._httpserver_asgi import Answer, ASGIApp, AsgiBridge
+from ...protocol import HEADER_CONTENT_LENGTH, encode_error
+from ._asgi import Answer, ASGIApp, AsgiBridge
+from ._endpoint import InferEndpoint, infer_target
 
 logger = logging.getLogger("modelsvc.http")
 

@@ -1,5 +1,5 @@
 """gRPC status codes and the shared ends of a call: the codes for modelsvc's errors (Triton's meaning), aborting a
-call with one, closing a call's span. Used by the service (``_grpc``) and its streams (``_stream``)."""
+call with one, closing a call's span. Used by the service (``_service``) and its streams (``_stream``)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Any, NoReturn
 import grpc
 import grpc.aio
 
-from ..protocol import ErrorKind, ModelsvcError
-from ._errors import INTERNAL_MESSAGE, http_error
-from ._tracing import RequestTrace
+from ...engine import Trace, http_error
+from ...engine._errors import INTERNAL_MESSAGE
+from ...protocol import ErrorKind, ModelsvcError
 
 logger = logging.getLogger("modelsvc.grpc")
 
@@ -51,10 +51,10 @@ async def _abort(context: Context, exc: BaseException) -> NoReturn:
     raise AssertionError("context.abort returned")  # pragma: no cover - abort always raises
 
 
-def _end_trace(trace: RequestTrace, error: BaseException | None, code: grpc.StatusCode) -> None:
+def _end_trace(trace: Trace, error: BaseException | None, code: grpc.StatusCode) -> None:
     """Close a request's span: the HTTP status the same outcome would have had, and the gRPC code."""
-    trace.span.set_attribute("rpc.system", "grpc")
-    trace.span.set_attribute("rpc.grpc.status_code", code.value[0])
+    trace.set_attribute("rpc.system", "grpc")
+    trace.set_attribute("rpc.grpc.status_code", code.value[0])
     if error is None:
         trace.end(200, None)
     elif isinstance(error, Exception):

@@ -3,7 +3,7 @@
 The gRPC transport of ``modelsvc serve`` runs on this instead of grpcio's server: grpcio's C core hands every call
 between its own threads and the event loop, which cost several times modelsvc's whole HTTP request path (see
 loadtests/README.md). This module knows frames, flow control and header compression; it knows nothing of gRPC's
-methods: a ``CallHandler`` (``_grpc_calls``) gets each new stream and reads and answers it through ``H2Stream``.
+methods: a ``CallHandler`` (``grpc._calls``) gets each new stream and reads and answers it through ``H2Stream``.
 
 What the peer may do and what it gets:
 - Frames: DATA, HEADERS (+ CONTINUATION, padding, priority), RST_STREAM, SETTINGS, PING, GOAWAY, WINDOW_UPDATE;
@@ -25,7 +25,7 @@ from typing import Protocol, cast
 
 import hpack
 
-from ._grpc_h2_frames import (
+from ._frames import (
     _CACHED_BLOCKS,
     _HEAD,
     _SETTING,
@@ -65,7 +65,7 @@ from ._grpc_h2_frames import (
     frame,
     literal,
 )
-from ._grpc_h2_stream import H2Stream
+from ._stream import H2Stream
 
 logger = logging.getLogger("modelsvc.grpc")
 

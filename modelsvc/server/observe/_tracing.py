@@ -40,7 +40,7 @@ from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 from opentelemetry.trace.span import TraceState
 from opentelemetry.util.types import Attributes
 
-from .. import __version__
+from ... import __version__
 
 logger = logging.getLogger("modelsvc.tracing")
 
@@ -188,6 +188,10 @@ class RequestTrace:
         """The request decoded: record its id."""
         if request_id:
             self.span.set_attribute(ATTR_REQUEST_ID, request_id)
+
+    def set_attribute(self, key: str, value: str | int) -> None:
+        """One more attribute on the request's span (the gRPC door records its status code)."""
+        self.span.set_attribute(key, value)
 
     def enqueued(self, version: str) -> None:
         """The request passed validation and enters its model version's queue."""

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 from tritonclient.grpc import service_pb2
 
-from ..protocol import (
+from ...protocol import (
     InferRequest,
     InferResponse,
     InvalidArgument,
@@ -23,8 +23,8 @@ from ..protocol import (
     numpy_dtype,
     tensor_bytes,
 )
-from ..protocol._pbparams import CONTENTS_FIELDS, parameters_from_proto, set_proto_parameter
-from ._grpc_wire import WireAnswer, encode_infer_response_wire
+from ...protocol._pbparams import CONTENTS_FIELDS, parameters_from_proto, set_proto_parameter
+from ._wire import WireAnswer, encode_infer_response_wire
 
 # the numpy dtype the values of each typed ``InferTensorContents`` field arrive in
 _ARRIVES_AS: dict[str, np.dtype[Any]] = {

@@ -4,7 +4,7 @@ The service is the one tritonclient's generated stubs describe (``tritonclient.g
 by grpcio's asyncio server in the event loop the HTTP server runs in. Like the HTTP transport it only decodes,
 calls the data plane and encodes; inference, validation and statistics live in ``DataPlane``.
 
-Errors travel as gRPC status codes with Triton's meaning (``_grpc_status.GRPC_STATUS``); an unexpected error is
+Errors travel as gRPC status codes with Triton's meaning (``_status.GRPC_STATUS``); an unexpected error is
 INTERNAL with a fixed message and its detail goes to the log. Messages larger than ``max_message_size`` (either
 way) are refused by grpcio itself with RESOURCE_EXHAUSTED.
 
@@ -30,14 +30,14 @@ import grpc.aio
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
 
-from ..protocol import (
+from ...engine import DataPlane
+from ...protocol import (
     InferResponse,
 )
-from ._dataplane import DataPlane
-from ._grpc_calls import GrpcCalls, H2GrpcServer
-from ._grpc_codec import _wire, decode_infer_request, encode_infer_response
-from ._grpc_status import Context, _abort, _code, _end_trace, grpc_status
-from ._restricted import RestrictedApis, RestrictionInterceptor
+from .._restricted import RestrictedApis, RestrictionInterceptor
+from ._calls import GrpcCalls, H2GrpcServer
+from ._codec import _wire, decode_infer_request, encode_infer_response
+from ._status import Context, _abort, _code, _end_trace, grpc_status
 from ._stream import serve_stream
 
 logger = logging.getLogger("modelsvc.grpc")
@@ -221,7 +221,7 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: 
 class GrpcServer:
     """The gRPC endpoint: ``start``, then ``shutdown`` (drain) or ``stop_now``.
 
-    ``engine``: ``"h2"`` (the default) serves HTTP/2 itself in the event loop (``_grpc_h2``, ``_grpc_calls``);
+    ``engine``: ``"h2"`` (the default) serves HTTP/2 itself in the event loop (``h2``, ``_calls``);
     ``"grpcio"`` runs grpcio's asyncio server instead (the same service, about half the throughput here).
     """
 

@@ -21,11 +21,9 @@ from prometheus_client import CollectorRegistry, PlatformCollector, ProcessColle
 from prometheus_client.metrics_core import Metric
 from prometheus_client.utils import floatToGoString
 
-from ..scheduler import SequenceScheduler
-from ._cache import ResponseCache
-from ._models import ModelManager
+from ...engine import ModelManager, ModelVersion, ResponseCache
+from ...scheduler import SequenceScheduler
 from ._system_metrics import SystemMetrics
-from ._version import ModelVersion
 
 _LABELS = ("model", "version")
 

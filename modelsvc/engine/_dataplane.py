@@ -33,7 +33,7 @@ from ._version import ModelVersion
 
 if TYPE_CHECKING:
     from ._cache import ResponseCache
-    from ._tracing import RequestTrace, ServerTracing
+    from ._trace import Trace, Tracing
 
 EXTENSIONS = [
     "binary_tensor_data",
@@ -53,7 +53,7 @@ class DataPlane:
         """False until every model that should load has been loaded (or has failed)."""
         self.draining = False
         """True once shutdown began: not ready any more, in-flight requests still finish."""
-        self.tracing: ServerTracing | None = None
+        self.tracing: Tracing | None = None
         """Set when tracing is on (``--trace-config mode=opentelemetry``); the transports start each
         request's trace with it."""
         self.cache: ResponseCache | None = models.cache
@@ -129,7 +129,7 @@ class DataPlane:
         name: str,
         version: str | None,
         request: InferRequest,
-        trace: RequestTrace | None = None,
+        trace: Trace | None = None,
         *,
         endpoint: str | None = None,
     ) -> InferResponse:
@@ -177,7 +177,7 @@ class DataPlane:
         return response
 
     async def infer_stream(
-        self, name: str, version: str | None, request: InferRequest, trace: RequestTrace | None = None
+        self, name: str, version: str | None, request: InferRequest, trace: Trace | None = None
     ) -> AsyncGenerator[tuple[InferResponse | ModelsvcError | None, bool], None]:
         """Run one request of a stream (gRPC ``ModelStreamInfer``): each response as the model sends it, with
         whether it is the last. A decoupled model gives zero or more responses (an error fails one response

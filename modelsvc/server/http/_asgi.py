@@ -13,7 +13,7 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ..protocol import encode_error
+from ...protocol import encode_error
 
 logger = logging.getLogger("modelsvc.http")
 

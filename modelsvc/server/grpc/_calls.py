@@ -1,4 +1,4 @@
-"""gRPC calls over ``_grpc_h2``'s HTTP/2 streams: ``inference.GRPCInferenceService`` in the server's event loop.
+"""gRPC calls over ``h2``'s HTTP/2 streams: ``inference.GRPCInferenceService`` in the server's event loop.
 
 Each stream's ``:path`` names a method of the service that tritonclient's generated modules describe; its request
 message is parsed with the generated class, handed to the ``InferenceService`` method of that name with a
@@ -30,9 +30,9 @@ from typing import Any
 import grpc
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from ._grpc_h2 import CLOSE_AFTER_S, H2Connection, H2Stream, MessageError, StreamReset, literal
-from ._grpc_wire import SPLIT_FROM, RawInputsRequest, WireAnswer, split_raw_inputs
-from ._restricted import GRPC_CATEGORIES, ApiCategory, RestrictedApis
+from .._restricted import GRPC_CATEGORIES, ApiCategory, RestrictedApis
+from ._wire import SPLIT_FROM, RawInputsRequest, WireAnswer, split_raw_inputs
+from .h2._connection import CLOSE_AFTER_S, H2Connection, H2Stream, MessageError, StreamReset, literal
 
 logger = logging.getLogger("modelsvc.grpc")
 

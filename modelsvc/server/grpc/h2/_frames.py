@@ -1,4 +1,4 @@
-"""HTTP/2 frames and the HPACK encoding of answers, as ``_grpc_h2`` uses them (RFC 9113, RFC 7541); no I/O."""
+"""HTTP/2 frames and the HPACK encoding of answers, as ``_connection`` uses them (RFC 9113, RFC 7541); no I/O."""
 
 from __future__ import annotations
 
