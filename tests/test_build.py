@@ -20,8 +20,10 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from modelsvc._cli import _build as cli_build
-from modelsvc.tools import build as build_pkg
-from modelsvc.tools.build import (
+from modelsvc.tools import trt as build_pkg
+from modelsvc.tools.inspect_model import onnx_tensors
+from modelsvc.tools.onnx_models import identity, token_classifier, write_model
+from modelsvc.tools.trt import (
     DEFAULT_TOLERANCES,
     TENSORRT_EXTRA,
     BuildCheckError,
@@ -39,12 +41,10 @@ from modelsvc.tools.build import (
     profiles_from_config,
     tolerances,
 )
-from modelsvc.tools.build import _build as build_module
-from modelsvc.tools.build._builder import BuiltPlan
-from modelsvc.tools.build._config import config_text, read_config
-from modelsvc.tools.build._shapes import profile_shapes
-from modelsvc.tools.inspect_model import onnx_tensors
-from modelsvc.tools.onnx_models import identity, token_classifier, write_model
+from modelsvc.tools.trt import _build as build_module
+from modelsvc.tools.trt._builder import BuiltPlan
+from modelsvc.tools.trt._config import config_text, read_config
+from modelsvc.tools.trt._shapes import profile_shapes
 from tests._build_fakes import OnnxAsPlan
 from tests._server import ROOT
 

@@ -24,9 +24,9 @@ import onnx
 import pytest
 
 from modelsvc._cli import main
-from modelsvc.tools.build import AUTOCAST_EXTRA, FP32_OPS, BuildOptions, BuildUsageError, build_plan
-from modelsvc.tools.build._precision import convert
 from modelsvc.tools.onnx_models import token_classifier, write_model
+from modelsvc.tools.trt import AUTOCAST_EXTRA, FP32_OPS, BuildOptions, BuildUsageError, build_plan
+from modelsvc.tools.trt._precision import convert
 from tests._build_fakes import BuildRecord, OnnxAsPlan, fake_tensorrt
 from tests._export_share import save_tiny_bert
 from tests._server import ROOT

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from modelsvc.backends.tensorrt import _tensorrt_logger as tl
-from modelsvc.tools.build import _builder
-from modelsvc.tools.build._errors import BuildError
-from modelsvc.tools.build._shapes import ShapeRange
+from modelsvc.tools.trt import _builder
+from modelsvc.tools.trt._errors import BuildError
+from modelsvc.tools.trt._shapes import ShapeRange
 from tests._trt_standin import ILogger, Memory, Severity, standin_tensorrt
 
 

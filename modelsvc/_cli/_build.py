@@ -14,7 +14,7 @@ from ._types import positive, tolerance, whole_number
 
 __all__ = ["TOLERANCE_HELP", "add", "run"]
 
-# modelsvc.tools.build.DEFAULT_TOLERANCES in words (a test checks that they agree)
+# modelsvc.tools.trt.DEFAULT_TOLERANCES in words (a test checks that they agree)
 TOLERANCE_HELP = (
     "fp32 atol 1e-4 rtol 0 (with --tf32: atol 5e-2 rtol 1e-2); fp16 atol 5e-2 rtol 1e-2; "
     "bf16 atol 2e-1 rtol 5e-2; int8 atol 2e-1 rtol 1e-1"
@@ -115,7 +115,7 @@ def _print_checks(checks: list[Any], atol: float, rtol: float) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..tools.build import (
+    from ..tools.trt import (
         BuildCheckError,
         BuildError,
         BuildOptions,

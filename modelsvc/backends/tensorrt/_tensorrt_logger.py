@@ -1,5 +1,5 @@
 """The process's one TensorRT logger, shared by the runtime (``_tensorrt_engine``) and the builder
-(``modelsvc.tools.build._builder``).
+(``modelsvc.tools.trt._builder``).
 
 TensorRT keeps a single logger per process: a ``trt.Runtime``, ``trt.Builder`` or ``trt.OnnxParser`` made while
 another lives keeps logging through the first logger it was given ("TensorRT maintains only a single logger

@@ -1,6 +1,6 @@
 """``modelsvc build``: an ONNX model to a TensorRT plan, checked against ONNX Runtime before it is written.
 
-    from modelsvc.tools.build import BuildOptions, build_plan
+    from modelsvc.tools.trt import BuildOptions, build_plan
     report = build_plan(BuildOptions(from_config=Path("repo/minilm"), model_repository=Path("plans"),
                                      model_name="minilm_trt", precision="fp16"))
 
@@ -8,6 +8,7 @@ The profiles come from trtexec's shape flags or from a config.pbtxt (``_shapes``
 ``_builder`` (the only module that imports TensorRT or CUDA); what --fp16, --bf16 and --int8 mean on strongly
 typed networks (the model converted before TensorRT parses it) is ``_precision``; the check, the tolerances and
 the writing are ``_build``; the plan's config.pbtxt is ``_config``; the layers of the report ``_report``.
+(The folder is ``trt``, not ``build``: tools and ignore files skip folders named like a build output.)
 """
 
 from ._build import DEFAULT_TOLERANCES, PRECISIONS, BuildOptions, BuildReport, CheckCase, build_plan, tolerances
