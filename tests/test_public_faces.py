@@ -1,5 +1,6 @@
-"""The public faces: what ``from modelsvc.client import *`` and ``from logicd import *`` give is exactly what each
-package's ``__all__`` lists, every name there (as httpx tests its one public face); ruff's RUF022 keeps it sorted."""
+"""The public faces: what ``from modelsvc.client import *``, ``from modelsvc.engine import *`` and
+``from logicd import *`` give is exactly what each package's ``__all__`` lists, every name there (as httpx tests its
+one public face); ruff's RUF022 keeps it sorted."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 
 import logicd
 import modelsvc.client
+import modelsvc.engine
 
 
 def _public(package: ModuleType) -> set[str]:
@@ -17,7 +19,7 @@ def _public(package: ModuleType) -> set[str]:
     return {name for name in vars(package) if not name.startswith("_") and not inspect.ismodule(vars(package)[name])}
 
 
-@pytest.mark.parametrize("package", [modelsvc.client, logicd], ids=lambda p: p.__name__)
+@pytest.mark.parametrize("package", [modelsvc.client, modelsvc.engine, logicd], ids=lambda p: p.__name__)
 def test_all_is_the_whole_public_face(package: ModuleType) -> None:
     names = list(package.__all__)
     assert len(names) == len(set(names))
@@ -31,3 +33,15 @@ def test_the_documented_entry_points_are_public() -> None:
         modelsvc.client.__all__
     )
     assert {"create_app", "load_config", "load_service", "Service", "Context", "ServiceConfig"} <= set(logicd.__all__)
+
+
+def test_the_engine_offers_what_its_doors_bind_to() -> None:
+    """The transports, embedded mode (``logicd._embedded``) and ``modelsvc serve`` bind to these; ``modelsvc.server``
+    still offers the engine's names it offered before the engine had a package of its own."""
+    import modelsvc.server
+
+    assert {"DataPlane", "ModelManager", "ModelControlMode", "Tracing", "Trace", "http_error"} <= set(
+        modelsvc.engine.__all__
+    )
+    for name in ("DataPlane", "ModelControlMode", "ModelEntry", "ModelManager", "ModelVersion", "TensorSpec"):
+        assert getattr(modelsvc.server, name) is getattr(modelsvc.engine, name), name
