@@ -33,13 +33,13 @@ from typing import Any
 
 import msgspec
 
+from modelsvc.protocol import grpc_timeout_s
+
 from ._config import AdmissionConfig
 
 __all__ = ["Admission", "Capacity", "DeadlineError", "RouteGate", "parse_deadline"]
 
 DEADLINE_HEADERS = ("request-timeout", "grpc-timeout")
-_GRPC_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
-_GRPC_TIMEOUT = re.compile(r"([0-9]{1,8})([HMSmun])")
 _SECONDS = re.compile(r"[0-9]{1,9}(\.[0-9]{1,9})?")
 #: a deadline longer than this is no deadline a caller means (and would overflow the loop's timers)
 MAX_DEADLINE_S = 86_400.0
@@ -61,13 +61,13 @@ def parse_deadline(headers: Mapping[str, str]) -> float | None:
         found.append(float(text))
     grpc_timeout = headers.get("grpc-timeout")
     if grpc_timeout is not None:
-        match = _GRPC_TIMEOUT.fullmatch(grpc_timeout.strip())
-        if match is None or int(match[1]) == 0:
+        seconds = grpc_timeout_s(grpc_timeout)
+        if not seconds:  # unreadable, or zero
             raise DeadlineError(
                 "grpc-timeout must be 1 to 8 digits and a unit (H, M, S, m, u or n), such as 1500m; "
                 f"got {grpc_timeout.strip()!r}"
             )
-        found.append(int(match[1]) * _GRPC_UNITS[match[2]])
+        found.append(seconds)
     return min(min(found), MAX_DEADLINE_S) if found else None
 
 

@@ -20,6 +20,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from modelsvc.client import AsyncModel
+from modelsvc.protocol import pad_entries
 
 from .text import Batch, Chunks, batches, unbatch
 
@@ -50,21 +51,17 @@ class Padding:
         text = entry.get("string_value") if isinstance(entry, Mapping) else None
         if not isinstance(text, str) or not text.strip():
             return None
-        inputs: dict[str, int] = {}
-        for item in text.split(","):
-            if not item.strip():
-                continue
-            name, colon, rest = item.strip().partition(":")
-            axis = rest.partition("=")[0].strip()
-            if not name.strip() or not colon or not axis.lstrip("-").isdigit():
-                logger.warning(
-                    "model %r: pad_inputs entry %r is not NAME:AXIS[=PAD]; its windows go in padded batches",
-                    model,
-                    item.strip(),
-                )
+        try:
+            entries = pad_entries(text, skip_empty=True)  # the server refuses an empty entry; logicd need not
+        except ValueError as exc:
+            logger.warning("model %r: %s; its windows go in padded batches", model, exc)
+            return None
+        for entry in entries:
+            if not entry.axis.strip().lstrip("-").isdigit():
+                logger.warning("model %r: pad_inputs: input %r has axis %r, not an integer; its windows go in "
+                               "padded batches", model, entry.name, entry.axis)  # fmt: skip
                 return None
-            inputs[name.strip()] = int(axis)
-        return cls(inputs)
+        return cls({entry.name: int(entry.axis) for entry in entries})
 
     def pads(self, inputs: Mapping[str, str]) -> bool:
         """Whether every window input of ``inputs`` (the model's input names) is padded on its token axis (0)."""

@@ -28,6 +28,7 @@ from ._errors import (
     Unknown,
     Unsupported,
 )
+from ._grammar import PadEntry, grpc_timeout_s, pad_entries
 from ._http_codec import (
     HEADER_CONTENT_LENGTH,
     decode_infer_request,
@@ -58,6 +59,7 @@ __all__ = [
     "InvalidArgument",
     "ModelsvcError",
     "NotFound",
+    "PadEntry",
     "Parameters",
     "RequestedOutput",
     "Tensor",
@@ -74,7 +76,9 @@ __all__ = [
     "encode_infer_response",
     "encode_infer_response_parts",
     "encode_json",
+    "grpc_timeout_s",
     "numpy_dtype",
+    "pad_entries",
     "serialize_bytes_tensor",
     "tensor_bytes",
     "wire_datatype",

@@ -30,7 +30,7 @@ import numpy as np
 from tritonclient.grpc import model_config_pb2
 
 from ..backends import ModelConfig, ModelLoadError
-from ..protocol import InternalError, InvalidArgument
+from ..protocol import InternalError, InvalidArgument, PadEntry, pad_entries
 from ..protocol._datatypes import CONFIG_TO_WIRE, NUMPY_DTYPES
 
 Arrays = dict[str, np.ndarray[Any, Any]]
@@ -180,11 +180,17 @@ def _entries(text: str, key: str, model: str) -> list[str]:
     return entries
 
 
-def _name_axis(entry: str, tensors: Mapping[str, Any], kind: str, key: str, model: str) -> tuple[str, int]:
+def _pad_entries(text: str, key: str, model: str) -> list[PadEntry]:
+    """The entries of ``pad_inputs``/``pad_outputs`` (modelsvc.protocol's one reading of their syntax)."""
+    try:
+        return pad_entries(text, key)
+    except ValueError as exc:
+        raise ModelLoadError(f"{model}: {exc}") from None
+
+
+def _name_axis(entry: PadEntry, tensors: Mapping[str, Any], kind: str, key: str, model: str) -> tuple[str, int]:
     """``NAME:AXIS`` checked against the config's tensors: the tensor and its axis in the request's array."""
-    name, sep, axis_text = entry.rpartition(":")
-    if not sep or not name:
-        raise ModelLoadError(f"{model}: parameter '{key}': entry '{entry}' is not NAME:AXIS")
+    name, axis_text = entry.name, entry.axis
     tensor = tensors.get(name)
     if tensor is None:
         raise ModelLoadError(f"{model}: parameter '{key}': no {kind} '{name}' in the config")
@@ -209,13 +215,12 @@ def _name_axis(entry: str, tensors: Mapping[str, Any], kind: str, key: str, mode
 def _pad_inputs(config: ModelConfig, text: str, model: str) -> tuple[PadInput, ...]:
     tensors = {t.name: t for t in config.input}
     found: dict[str, PadInput] = {}
-    for entry in _entries(text, "pad_inputs", model):
-        target, eq, value_text = entry.partition("=")
-        name, axis = _name_axis(target.strip(), tensors, "input", "pad_inputs", model)
+    for entry in _pad_entries(text, "pad_inputs", model):
+        name, axis = _name_axis(entry, tensors, "input", "pad_inputs", model)
         if name in found:
             raise ModelLoadError(f"{model}: parameter 'pad_inputs': input '{name}' is listed twice")
         datatype = CONFIG_TO_WIRE.get(model_config_pb2.DataType.Name(tensors[name].data_type), "")
-        value = _pad_value(value_text.strip() if eq else "0", datatype, name, model)
+        value = _pad_value("0" if entry.pad is None else entry.pad, datatype, name, model)
         found[name] = PadInput(name, axis, value)
     return tuple(found.values())
 
@@ -249,7 +254,9 @@ def _pad_outputs(config: ModelConfig, text: str, model: str) -> dict[str, int]:
     tensors = {t.name: t for t in config.output}
     found: dict[str, int] = {}
     if text.strip():
-        for entry in _entries(text, "pad_outputs", model):
+        for entry in _pad_entries(text, "pad_outputs", model):
+            if entry.pad is not None:  # an output has no pad value: its axis text was NAME:AXIS=...
+                entry = PadEntry(entry.name, f"{entry.axis}={entry.pad}")
             name, axis = _name_axis(entry, tensors, "output", "pad_outputs", model)
             if name in found:
                 raise ModelLoadError(f"{model}: parameter 'pad_outputs': output '{name}' is listed twice")

@@ -30,6 +30,7 @@ from typing import Any
 import grpc
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
+from ...protocol import grpc_timeout_s
 from .._restricted import GRPC_CATEGORIES, ApiCategory, RestrictedApis
 from ._wire import SPLIT_FROM, RawInputsRequest, WireAnswer, split_raw_inputs
 from .h2._connection import CLOSE_AFTER_S, H2Connection, H2Stream, MessageError, StreamReset, literal
@@ -39,7 +40,6 @@ logger = logging.getLogger("modelsvc.grpc")
 SERVICE = "inference.GRPCInferenceService"
 _OK_TRAILERS = literal(b"grpc-status", b"0")
 _STATUS_BY_NAME = {code.name: code for code in grpc.StatusCode}
-_TIMEOUT_UNITS = {ord("H"): 3600.0, ord("M"): 60.0, ord("S"): 1.0, ord("m"): 1e-3, ord("u"): 1e-6, ord("n"): 1e-9}
 
 
 class Aborted(BaseException):
@@ -82,14 +82,6 @@ def _metadata(headers: list[tuple[bytes, bytes]]) -> tuple[tuple[str, str | byte
         else:
             out.append((key, value.decode("latin-1")))
     return tuple(out)
-
-
-def _timeout_s(value: bytes) -> float | None:
-    unit = _TIMEOUT_UNITS.get(value[-1]) if value else None
-    digits = value[:-1]
-    if unit is None or not digits.isdigit() or len(digits) > 8:
-        return None
-    return int(digits) * unit
 
 
 class CallContext:
@@ -184,7 +176,7 @@ class GrpcCalls:
             if name == b":path":
                 path = value
             elif name == b"grpc-timeout":
-                timeout = _timeout_s(value)
+                timeout = grpc_timeout_s(value)  # one it cannot read is ignored, as grpc core does
                 if timeout is not None:
 
                     def expire() -> None:
