@@ -6,7 +6,10 @@ lazy or type-only import is still a circle for a reader, so the walk reads the s
 The rules:
 - no cycle between any two modules of modelsvc, logicd, loadtests and services;
 - ``modelsvc.protocol`` imports nothing of the project;
-- ``modelsvc.server`` and ``modelsvc.client`` never import each other;
+- ``modelsvc.engine`` (the model service without a socket) never imports ``modelsvc.server`` (its doors);
+- the server and the engine never import ``modelsvc.client``, nor the client them;
+- a backend's folder (``modelsvc.backends.<name>``) imports no other backend's, but for the ONNX Runtime backend's
+  ``openvino`` CPU execution accelerator;
 - modelsvc never imports logicd; logicd imports modelsvc's client and protocol, and its engine only for the embedded
   mode (``logicd._embedded``);
 - nothing in modelsvc or logicd imports loadtests, services or tests; loadtests imports no tests, and of the
@@ -27,7 +30,10 @@ PACKAGES = ("modelsvc", "logicd", "loadtests", "services")
 #: logicd may import these parts of modelsvc (prefix match); the embedded mode may also import the engine
 LOGICD_MAY_IMPORT = ("modelsvc.client", "modelsvc.protocol")
 EMBEDDED = "logicd._embedded"
-ENGINE = ("modelsvc.server", "modelsvc.repository", "modelsvc.backends", "modelsvc.scheduler")
+ENGINE = ("modelsvc.engine", "modelsvc.server", "modelsvc.repository", "modelsvc.backends", "modelsvc.scheduler")
+BACKEND_FOLDERS = ("onnxruntime", "openvino", "pytorch", "tensorrt", "python")
+#: the one edge between backend folders: ``cpu_execution_accelerator { name: "openvino" }`` of ONNX models
+ACCELERATOR = ("modelsvc.backends.onnxruntime", "modelsvc.backends.openvino")
 
 
 def modules(root: Path, packages: Iterable[str]) -> dict[str, tuple[Path, bool]]:
@@ -127,6 +133,14 @@ def _under(name: str, prefixes: Iterable[str]) -> bool:
     return any(name == p or name.startswith(p + ".") for p in prefixes)
 
 
+def _backend_folder(name: str) -> str | None:
+    """``modelsvc.backends.<name>`` when ``name`` lies in a backend's folder, else None."""
+    parts = name.split(".")
+    if parts[:2] == ["modelsvc", "backends"] and len(parts) > 2 and parts[2] in BACKEND_FOLDERS:
+        return ".".join(parts[:3])
+    return None
+
+
 def forbidden(graph: Mapping[str, set[str]]) -> list[str]:
     """Every edge that runs the wrong way, as ``a -> b (why)``."""
     wrong = []
@@ -136,10 +150,14 @@ def forbidden(graph: Mapping[str, set[str]]) -> list[str]:
             why = None
             if _under(source, ["modelsvc.protocol"]) and not _under(target, ["modelsvc.protocol"]):
                 why = "modelsvc.protocol imports nothing of the project"
-            elif _under(source, ["modelsvc.server"]) and _under(target, ["modelsvc.client"]):
+            elif _under(source, ["modelsvc.engine"]) and _under(target, ["modelsvc.server"]):
+                why = "the engine never imports its doors"
+            elif _under(source, ["modelsvc.server", "modelsvc.engine"]) and _under(target, ["modelsvc.client"]):
                 why = "the server never imports the client"
-            elif _under(source, ["modelsvc.client"]) and _under(target, ["modelsvc.server"]):
+            elif _under(source, ["modelsvc.client"]) and _under(target, ["modelsvc.server", "modelsvc.engine"]):
                 why = "the client never imports the server"
+            elif (a := _backend_folder(source)) and (b := _backend_folder(target)) and a != b and (a, b) != ACCELERATOR:
+                why = "a backend's folder imports no other backend's"
             elif top in ("modelsvc", "logicd") and _under(target, ["loadtests", "services", "tests"]):
                 why = "the packages never import loadtests, services or tests"
             elif top == "modelsvc" and _under(target, ["logicd"]):
@@ -164,7 +182,8 @@ def graph() -> dict[str, set[str]]:
 
 
 def test_the_walk_sees_the_packages(graph: dict[str, set[str]]) -> None:
-    assert "modelsvc.server._dataplane" in graph
+    assert "modelsvc.engine._dataplane" in graph
+    assert "modelsvc.backends.onnxruntime._onnxruntime" in graph
     assert "modelsvc.protocol" in graph["modelsvc.client._core"] or any(
         t.startswith("modelsvc.protocol") for t in graph["modelsvc.client._core"]
     )
@@ -199,11 +218,22 @@ def test_the_checks_catch_type_only_cycles_and_wrong_directions(tmp_path: Path) 
             "modelsvc/server/_b.py": "def f():\n    from . import _a\n    from modelsvc.client import _c\n",
             "modelsvc/client/__init__.py": "",
             "modelsvc/client/_c.py": "",
+            "modelsvc/engine/__init__.py": "",
+            "modelsvc/engine/_d.py": "def f():\n    from ..server import _a\n",
+            "modelsvc/backends/__init__.py": "",
+            "modelsvc/backends/pytorch/__init__.py": "",
+            "modelsvc/backends/pytorch/_p.py": "from ..openvino import _o\n",
+            "modelsvc/backends/openvino/__init__.py": "",
+            "modelsvc/backends/openvino/_o.py": "",
+            "modelsvc/backends/onnxruntime/__init__.py": "",
+            "modelsvc/backends/onnxruntime/_x.py": "from ..openvino import _o\n",
         },
     )
     toy = import_graph(tmp_path, ["modelsvc"])
     assert cycles(toy) == [["modelsvc.server._a", "modelsvc.server._b"]]
     assert forbidden(toy) == [
+        "modelsvc.backends.pytorch._p -> modelsvc.backends.openvino._o (a backend's folder imports no other backend's)",
+        "modelsvc.engine._d -> modelsvc.server._a (the engine never imports its doors)",
         "modelsvc.protocol -> modelsvc.server._a (modelsvc.protocol imports nothing of the project)",
         "modelsvc.server._b -> modelsvc.client._c (the server never imports the client)",
     ]

@@ -32,7 +32,7 @@ Triton's ``sequence_batching`` is not a planner: its requests are routed by corr
 that live across requests, so it is a scheduler of its own in ``sequence/``: ``SequenceScheduler``
 (``sequence/_sequence.py``; settings ``SequenceSettings`` in ``_sequence_config.py``, rows in ``_sequence_rows.py``,
 slots in ``_sequence_slots.py``), chosen in
-``modelsvc.server._version`` for a config with ``sequence_batching``.
+``modelsvc.engine._version`` for a config with ``sequence_batching``.
 """
 
 from ._config import PLANNERS, QueuePolicy, SchedulerConfig, TimeoutAction, planner_for
