@@ -31,12 +31,13 @@ from modelsvc.protocol import (
     decode_infer_response,
     deserialize_bytes_tensor,
     encode_infer_request,
+    grpc_timeout_s,
     numpy_dtype,
     serialize_bytes_tensor,
 )
 from modelsvc.server.grpc import _codec as _grpc_codec
 from modelsvc.server.grpc import _wire as _grpc_wire
-from modelsvc.server.grpc._calls import _metadata, _timeout_s
+from modelsvc.server.grpc._calls import _metadata
 from modelsvc.server.http._endpoint import _header_int, infer_target
 
 # -- pieces ----------------------------------------------------------------------------------------------
@@ -443,7 +444,7 @@ HEADER_VALUES = st.one_of(
 def check_header_values(value: bytes) -> str:
     """``grpc-timeout`` (a number of at most 8 digits and a unit, else ignored), the HTTP
     ``Inference-Header-Content-Length`` (an integer, else a 400), and ``-bin`` metadata (base64, else dropped)."""
-    timeout = _timeout_s(value)
+    timeout = grpc_timeout_s(value)
     assert timeout is None or (isinstance(timeout, float) and timeout >= 0)
     try:
         number = _header_int(value, "inference-header-content-length")
