@@ -25,9 +25,27 @@ from ._padding import PadSpec
 
 Arrays = dict[str, np.ndarray[Any, Any]]
 
-#: each request's outputs (or, from ``execute_requests``, the exception failing it alone) and the three durations
-Result = tuple[Sequence[Arrays | BaseException], int, int, int]
-Done = Callable[[Result | None, BaseException | None], None]
+
+@dataclass(slots=True)
+class BatchResult:
+    """What a batch gives back from its instance's thread."""
+
+    parts: Sequence[Arrays | BaseException]
+    """Each request's outputs in batch order (or, from ``execute_requests``, the exception failing it alone)."""
+    input_ns: int
+    """Gathering (and padding) the inputs."""
+    infer_ns: int
+    """Executing the model."""
+    output_ns: int
+    """Scattering (and cutting) the outputs."""
+
+    @property
+    def timings(self) -> tuple[int, int, int]:
+        """The three durations, as tracing takes them."""
+        return self.input_ns, self.infer_ns, self.output_ns
+
+
+Done = Callable[[BatchResult | None, BaseException | None], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,12 +58,12 @@ class Padding:
 
 
 #: (batch, output names, done, padding); output names None: a per-request batch of BatchRequest
-_Job = tuple[Sequence[Any], Sequence[str] | None, Done, Padding | None]
+_Submitted = tuple[Sequence[Any], Sequence[str] | None, Done, Padding | None]
 
 
 def _execute_batch(
     instance: ModelInstance, batch: Sequence[Arrays], output_names: Sequence[str], padding: Padding | None = None
-) -> Result:
+) -> BatchResult:
     """Runs on a worker thread: gather (and pad) inputs, execute, scatter (and cut) outputs. Returns the three
     durations."""
     t0 = perf_counter_ns()
@@ -74,12 +92,12 @@ def _execute_batch(
     if padding is not None:
         parts = [padding.spec.cut(p, n, padding.pad_to) for p, n in zip(parts, padding.lengths, strict=True)]
     t3 = perf_counter_ns()
-    return parts, t1 - t0, t2 - t1, t3 - t2
+    return BatchResult(parts, t1 - t0, t2 - t1, t3 - t2)
 
 
 def _execute_requests(
     instance: RequestsInstance, batch: Sequence[BatchRequest], padding: Padding | None = None
-) -> Result:
+) -> BatchResult:
     """Runs on a worker thread: the instance answers each request of the batch on its own (each padded to the
     batch's length and its answer cut back, when the batch is padded)."""
     t0 = perf_counter_ns()
@@ -91,9 +109,9 @@ def _execute_requests(
     if len(parts) != len(batch):
         raise InternalError(f"the instance answered {len(parts)} of {len(batch)} requests")
     if padding is None:
-        return parts, 0, t2 - t1, 0
+        return BatchResult(parts, 0, t2 - t1, 0)
     parts = [_cut(padding, part, n) for part, n in zip(parts, padding.lengths, strict=True)]
-    return parts, t1 - t0, t2 - t1, perf_counter_ns() - t2
+    return BatchResult(parts, t1 - t0, t2 - t1, perf_counter_ns() - t2)
 
 
 def _cut(padding: Padding, part: Arrays | BaseException, length: int) -> Arrays | BaseException:
@@ -118,7 +136,7 @@ class InstanceThread:
         self.loop = loop
         #: the instance when it takes a batch's requests one by one, else None
         self.per_request = instance if isinstance(instance, RequestsInstance) else None
-        self.jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self.batches: queue.SimpleQueue[_Submitted | None] = queue.SimpleQueue()
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
         self.thread.start()
 
@@ -129,18 +147,18 @@ class InstanceThread:
 
         ``outputs`` None: ``batch`` holds BatchRequest objects for ``execute_requests``. ``padding``: the batch is
         padded (its requests in ``batch`` order)."""
-        self.jobs.put((batch, outputs, done, padding))
+        self.batches.put((batch, outputs, done, padding))
 
     def stop(self) -> None:
-        self.jobs.put(None)
+        self.batches.put(None)
         self.thread.join()
 
     def _run(self) -> None:
         while True:
-            job = self.jobs.get()
-            if job is None:
+            submitted = self.batches.get()
+            if submitted is None:
                 return
-            batch, outputs, done, padding = job
+            batch, outputs, done, padding = submitted
             try:
                 if outputs is None:
                     assert self.per_request is not None

@@ -25,7 +25,7 @@ from time import perf_counter_ns
 from ..backends import BatchRequest, ModelInstance
 from ..protocol import InferRequest, InternalError, ModelsvcError, Unavailable
 from ._config import SchedulerConfig
-from ._instances import Arrays, InstanceThread, Padding, Result
+from ._instances import Arrays, BatchResult, InstanceThread, Padding
 from ._planner import Plan
 from ._queue import RequestQueue, WorkItem
 from ._stats import ModelStats
@@ -240,7 +240,7 @@ class Scheduler:
         batch_trace = None if traced is None else self._trace_started(traced, rows, padding)
         self._in_flight += 1
 
-        def done(result: Result | None, exc: BaseException | None) -> None:
+        def done(result: BatchResult | None, exc: BaseException | None) -> None:
             self._finished(result, exc, worker, items, rows, seq, start_ns, padding)
             if batch_trace is not None:
                 self._trace_finished(batch_trace, result, exc)
@@ -260,15 +260,15 @@ class Scheduler:
             logger.exception("tracing a batch of %s failed", self._label)
             return None
 
-    def _trace_finished(self, batch: TracedBatch, result: Result | None, exc: BaseException | None) -> None:
+    def _trace_finished(self, batch: TracedBatch, result: BatchResult | None, exc: BaseException | None) -> None:
         try:
-            batch.finished(exc, None if result is None else result[1:])
+            batch.finished(exc, None if result is None else result.timings)
         except Exception:
             logger.exception("tracing a batch of %s failed", self._label)
 
     def _finished(
         self,
-        result: Result | None,
+        result: BatchResult | None,
         exc: BaseException | None,
         worker: InstanceThread,
         items: list[WorkItem],
@@ -293,7 +293,8 @@ class Scheduler:
                         item.future.set_exception(error)
         else:
             assert result is not None
-            parts, in_ns, infer_ns, out_ns = result
+            parts = result.parts
+            in_ns, infer_ns, out_ns = result.input_ns, result.infer_ns, result.output_ns
             self.stats.record_execution(rows, in_ns, infer_ns, out_ns)
             if padding is not None:
                 useful = sum(i.batch_size * i.length for i in items)

@@ -39,7 +39,7 @@ from typing import Any
 
 from ...backends import BatchRequest, ModelInstance
 from ...protocol import InferRequest, InternalError, InvalidArgument, ModelsvcError, Unavailable
-from .._instances import Arrays, InstanceThread, Result
+from .._instances import Arrays, BatchResult, InstanceThread
 from .._stats import ModelStats
 from .._tracing import TracedRequest
 from ._sequence_config import SequenceSettings
@@ -404,11 +404,11 @@ class SequenceScheduler:
         lane.busy = True
         wanted = cfg.state_outputs
 
-        def done(result: Result | None, exc: BaseException | None) -> None:
+        def done(result: BatchResult | None, exc: BaseException | None) -> None:
             self._finished(lane, taken, order, executed, start_ns, result, exc)
             if traced is not None:
                 try:
-                    traced.finished(exc, None if result is None else result[1:])
+                    traced.finished(exc, None if result is None else result.timings)
                 except Exception:
                     logger.exception("tracing a batch of %s failed", self._label)
 
@@ -451,7 +451,7 @@ class SequenceScheduler:
         order: list[int | None],
         executed: int,
         start_ns: int,
-        result: Result | None,
+        result: BatchResult | None,
         exc: BaseException | None,
     ) -> None:
         lane.busy = False
@@ -459,7 +459,8 @@ class SequenceScheduler:
         if exc is not None or result is None:
             answers = [self._error(exc)] * len(taken)
         else:
-            parts, in_ns, infer_ns, out_ns = result
+            parts = result.parts
+            in_ns, infer_ns, out_ns = result.input_ns, result.infer_ns, result.output_ns
             answers = [InternalError("no answer")] * len(taken)
             for row, index in enumerate(order):
                 if index is not None:
