@@ -8,15 +8,13 @@ arrays), the same validation, batching, errors and statistics as the model servi
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from modelsvc.client import ClientError, InferResult, Timeout
-from modelsvc.client._core import infer_request
+from modelsvc.client import ClientError, InferCall, InferReply, InferResult, Timeout
 from modelsvc.client._errors import error_from_http
 from modelsvc.engine import DataPlane, ModelManager, http_error
-from modelsvc.protocol import ModelsvcError, Tensor
+from modelsvc.protocol import ModelsvcError
 from modelsvc.repository import ModelRepository
 from modelsvc.server import Metrics
 
@@ -91,29 +89,19 @@ class EmbeddedBinding:
         except ModelsvcError as exc:
             raise _client_error(exc) from None
 
-    async def infer(
-        self,
-        model: str,
-        version: str | None,
-        tensors: Sequence[Tensor],
-        outputs: Sequence[str] | None,
-        request_id: str | None,
-        parameters: Mapping[str, Any] | None,
-        headers: dict[str, str],
-        timeout: float | None,
-    ) -> tuple[InferResult, int, int]:
-        request = infer_request(tensors, outputs, request_id, parameters)
+    async def infer(self, call: InferCall) -> InferReply:
+        request = call.request()
         try:
             # the timeout cancels the call, which withdraws the request from its model's queue
-            response = await asyncio.wait_for(self.dataplane.infer(model, version, request), timeout)
+            response = await asyncio.wait_for(self.dataplane.infer(call.model, call.version, request), call.timeout)
         except ModelsvcError as exc:
             raise _client_error(exc) from None
         except TimeoutError:
-            raise Timeout(f"model {model!r} did not answer within {timeout} s") from None
+            raise Timeout(f"model {call.model!r} did not answer within {call.timeout} s") from None
         result = InferResult.from_response(response)
-        sent = sum(t.data.nbytes for t in tensors)
+        sent = sum(t.data.nbytes for t in request.inputs)
         received = sum(t.data.nbytes for t in response.outputs)
-        return result, sent, received
+        return InferReply(result, sent, received)
 
     async def close(self) -> None:
         """The engine belongs to EmbeddedModelService; closing the client leaves it running."""

@@ -4,10 +4,13 @@ from modelsvc.client import Client
 with Client("localhost:8000") as client:
     model = client.model("identity")            # metadata read once; inputs checked locally
     out = model.infer(INPUT0=np.ones((1, 16), np.float32))["OUTPUT0"]
+
+Bindings are pluggable: ``AsyncClient(binding=...)`` takes any ``AsyncTransport``, whose ``infer`` takes one
+``InferCall`` and gives one ``InferReply``.
 """
 
 from ._client import AsyncClient, Client
-from ._core import InferResult, ModelMetadata, TensorSpec
+from ._core import InferCall, InferReply, InferResult, ModelMetadata, TensorSpec
 from ._deadline import current_deadline, deadline
 from ._errors import (
     ClientError,
@@ -27,16 +30,20 @@ from ._replicas import ReplicaState
 from ._retry import NO_RETRY, RetryBudget, RetryPolicy
 from ._sequence import AsyncInferSequence, InferSequence, SequenceLost
 from ._stream import ResponseStream, StreamError, StreamingUnsupported, SyncResponseStream
+from ._transport import AsyncTransport, Transport
 
 __all__ = [
     "NO_RETRY",
     "AsyncClient",
     "AsyncInferSequence",
     "AsyncModel",
+    "AsyncTransport",
     "Client",
     "ClientError",
     "ConnectError",
     "ConnectionLost",
+    "InferCall",
+    "InferReply",
     "InferResult",
     "InferSequence",
     "InvalidInput",
@@ -58,6 +65,7 @@ __all__ = [
     "SyncResponseStream",
     "TensorSpec",
     "Timeout",
+    "Transport",
     "current_deadline",
     "deadline",
 ]

@@ -13,7 +13,7 @@ from typing import Any, Self, TypeVar
 import httpx
 
 from ..protocol import Tensor
-from ._core import Attempts, InferResult, ModelMetadata, tensor_count, to_tensor
+from ._core import Attempts, InferCall, InferResult, ModelMetadata, tensor_count, to_tensor
 from ._deadline import call_timeout, with_timeout_parameter
 from ._errors import ClientError, ModelNotFound
 from ._model import AsyncModel, Model
@@ -188,17 +188,28 @@ class Client:
             headers: dict[str, str] = {}
             span.inject(headers)
             try:
-                result, sent, received = self._call(
+                reply = self._call(
                     lambda t: self._t.infer(
-                        model, version, tensors, outputs, request_id, with_timeout_parameter(parameters, t), headers, t
+                        InferCall(
+                            model,
+                            version,
+                            tensors,
+                            outputs,
+                            request_id,
+                            parameters=with_timeout_parameter(parameters, t),
+                            headers=headers,
+                            timeout=t,
+                        )
                     ),
                     timeout,
                 )
             except ClientError as exc:
                 span.fail(exc)
                 raise
-            span.record(batch_size=tensor_count(tensors), bytes_sent=sent, bytes_received=received)
-            return result
+            span.record(
+                batch_size=tensor_count(tensors), bytes_sent=reply.bytes_sent, bytes_received=reply.bytes_received
+            )
+            return reply.result
 
     def sequence(
         self, model: str, sequence_id: int | str | None = None, *, version: str | None = None
@@ -229,7 +240,9 @@ class Client:
         tensors = [to_tensor(name, value) for name, value in inputs.items()]
 
         def open_call(headers: dict[str, str], left: float | None) -> Any:
-            return binding.open_stream(model, version, tensors, outputs, request_id, parameters, headers, left)
+            return binding.open_stream(
+                InferCall(model, version, tensors, outputs, request_id, parameters, headers=headers, timeout=left)
+            )
 
         return SyncResponseStream(
             open_call,
@@ -362,17 +375,28 @@ class AsyncClient:
             headers: dict[str, str] = {}
             span.inject(headers)
             try:
-                result, sent, received = await self._call(
+                reply = await self._call(
                     lambda t: self._t.infer(
-                        model, version, tensors, outputs, request_id, with_timeout_parameter(parameters, t), headers, t
+                        InferCall(
+                            model,
+                            version,
+                            tensors,
+                            outputs,
+                            request_id,
+                            parameters=with_timeout_parameter(parameters, t),
+                            headers=headers,
+                            timeout=t,
+                        )
                     ),
                     timeout,
                 )
             except ClientError as exc:
                 span.fail(exc)
                 raise
-            span.record(batch_size=tensor_count(tensors), bytes_sent=sent, bytes_received=received)
-            return result
+            span.record(
+                batch_size=tensor_count(tensors), bytes_sent=reply.bytes_sent, bytes_received=reply.bytes_received
+            )
+            return reply.result
 
     def sequence(
         self, model: str, sequence_id: int | str | None = None, *, version: str | None = None
@@ -403,7 +427,9 @@ class AsyncClient:
             )
 
         def open_call(headers: dict[str, str], left: float | None) -> Any:
-            return binding.open_stream(model, version, tensors, outputs, request_id, parameters, headers, left)
+            return binding.open_stream(
+                InferCall(model, version, tensors, outputs, request_id, parameters, headers=headers, timeout=left)
+            )
 
         return ResponseStream(
             open_call,

@@ -255,6 +255,38 @@ def model_path(name: str, version: str | None) -> str:
     return f"{path}/versions/{quote(str(version), safe='')}" if version else path
 
 
+@dataclass(frozen=True, slots=True)
+class InferCall:
+    """One try of an inference, as the client hands it to a transport: ``transport.infer(call)``."""
+
+    model: str
+    version: str | None
+    inputs: Sequence[Tensor]
+    outputs: Sequence[str] | None = None
+    """The outputs to return by name; None: every output."""
+    request_id: str | None = None
+    parameters: Mapping[str, Any] | None = None
+    """The request's parameters (the client's timeout among them as Triton's ``timeout``)."""
+    headers: dict[str, str] = field(default_factory=dict)
+    """Trace context to send along: HTTP headers, gRPC metadata."""
+    timeout: float | None = None
+    """Seconds left for this try; None: no limit."""
+
+    def request(self) -> InferRequest:
+        """The protocol's request: what the HTTP codec encodes and an in-process engine runs."""
+        return infer_request(self.inputs, self.outputs, self.request_id, self.parameters)
+
+
+@dataclass(frozen=True, slots=True)
+class InferReply:
+    """What a transport gives back for an ``InferCall``: the result, and the bytes that went each way (the
+    encoded request and answer; the tensors' own bytes in-process), for the call's span."""
+
+    result: InferResult
+    bytes_sent: int
+    bytes_received: int
+
+
 def infer_request(
     tensors: Sequence[Tensor],
     outputs: Sequence[str] | None,

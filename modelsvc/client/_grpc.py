@@ -26,7 +26,7 @@ from ..protocol import (
 )
 from ..protocol._pbjson import message_to_json
 from ..protocol._pbparams import CONTENTS_FIELDS, parameters_from_proto, set_proto_parameter
-from ._core import InferResult
+from ._core import InferCall, InferReply, InferResult
 from ._errors import ClientError, ConnectError, ConnectionLost, InvalidInput, ProtocolError, error_from_grpc
 from ._stream import GrpcStreamCall, SyncGrpcStreamCall, stream_parameters
 
@@ -98,6 +98,17 @@ def build_request(
     for name in outputs or ():
         request.outputs.add(name=name)
     return request
+
+
+def call_request(call: InferCall, *, stream: bool = False) -> Any:
+    """The ``ModelInferRequest`` of one try of ``call``; a stream's asks for the empty final response."""
+    parameters = stream_parameters(call.parameters) if stream else call.parameters
+    return build_request(call.model, call.version, call.inputs, call.outputs, call.request_id, parameters)
+
+
+def infer_reply(request: Any, response: Any) -> InferReply:
+    """The reply to a ``ModelInfer`` call: the result, and the messages' sizes."""
+    return InferReply(parse_response(response), request.ByteSize(), response.ByteSize())
 
 
 def _output_array(entry: Any, raw: bytes | None) -> np.ndarray[Any, Any]:
@@ -243,35 +254,14 @@ class GrpcTransport(_GrpcBase):
         request = _model_request(service_pb2.ModelConfigRequest, name, version)
         return message_to_json(self._unary("ModelConfig", request, timeout).config)
 
-    def infer(
-        self,
-        model: str,
-        version: str | None,
-        tensors: Sequence[Tensor],
-        outputs: Sequence[str] | None,
-        request_id: str | None,
-        parameters: Mapping[str, Any] | None,
-        headers: dict[str, str],
-        timeout: float | None,
-    ) -> tuple[InferResult, int, int]:
-        request = build_request(model, version, tensors, outputs, request_id, parameters)
-        response = self._unary("ModelInfer", request, timeout, headers)
-        return parse_response(response), request.ByteSize(), response.ByteSize()
+    def infer(self, call: InferCall) -> InferReply:
+        request = call_request(call)
+        return infer_reply(request, self._unary("ModelInfer", request, call.timeout, call.headers))
 
-    def open_stream(
-        self,
-        model: str,
-        version: str | None,
-        tensors: Sequence[Tensor],
-        outputs: Sequence[str] | None,
-        request_id: str | None,
-        parameters: Mapping[str, Any] | None,
-        headers: dict[str, str],
-        timeout: float | None,
-    ) -> SyncGrpcStreamCall:
+    def open_stream(self, call: InferCall) -> SyncGrpcStreamCall:
         """One ``ModelStreamInfer`` call for one request (see ``_stream``); opened on its first ``next()``."""
-        request = build_request(model, version, tensors, outputs, request_id, stream_parameters(parameters))
-        metadata = self.metadata(headers)
+        request = call_request(call, stream=True)
+        metadata, timeout = self.metadata(call.headers), call.timeout
         return SyncGrpcStreamCall(
             lambda requests: self._stub.ModelStreamInfer(requests, timeout=timeout, metadata=metadata),
             request,
@@ -334,35 +324,14 @@ class AsyncGrpcTransport(_GrpcBase):
         request = _model_request(service_pb2.ModelConfigRequest, name, version)
         return message_to_json((await self._unary("ModelConfig", request, timeout)).config)
 
-    async def infer(
-        self,
-        model: str,
-        version: str | None,
-        tensors: Sequence[Tensor],
-        outputs: Sequence[str] | None,
-        request_id: str | None,
-        parameters: Mapping[str, Any] | None,
-        headers: dict[str, str],
-        timeout: float | None,
-    ) -> tuple[InferResult, int, int]:
-        request = build_request(model, version, tensors, outputs, request_id, parameters)
-        response = await self._unary("ModelInfer", request, timeout, headers)
-        return parse_response(response), request.ByteSize(), response.ByteSize()
+    async def infer(self, call: InferCall) -> InferReply:
+        request = call_request(call)
+        return infer_reply(request, await self._unary("ModelInfer", request, call.timeout, call.headers))
 
-    def open_stream(
-        self,
-        model: str,
-        version: str | None,
-        tensors: Sequence[Tensor],
-        outputs: Sequence[str] | None,
-        request_id: str | None,
-        parameters: Mapping[str, Any] | None,
-        headers: dict[str, str],
-        timeout: float | None,
-    ) -> GrpcStreamCall:
+    def open_stream(self, call: InferCall) -> GrpcStreamCall:
         """One ``ModelStreamInfer`` call for one request (see ``_stream``); opened on its first ``next()``."""
-        request = build_request(model, version, tensors, outputs, request_id, stream_parameters(parameters))
-        metadata = self.metadata(headers)
+        request = call_request(call, stream=True)
+        metadata, timeout = self.metadata(call.headers), call.timeout
         return GrpcStreamCall(
             lambda: self._get_stub().ModelStreamInfer(timeout=timeout, metadata=metadata),
             request,

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import httpx
 
-from ..protocol import Tensor
 from ._core import (
-    InferResult,
+    InferCall,
+    InferReply,
     Prepared,
     build_infer,
     error_from_body,
@@ -75,22 +75,24 @@ class _HttpBase:
     def limits(max_connections: int) -> httpx.Limits:
         return httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
 
-    def prepare_infer(
-        self,
-        binary: bool,
-        model: str,
-        version: str | None,
-        tensors: Sequence[Tensor],
-        outputs: Sequence[str] | None,
-        request_id: str | None,
-        parameters: Mapping[str, Any] | None,
-        headers: dict[str, str],
-    ) -> Prepared:
+    @staticmethod
+    def prepare_infer(binary: bool, call: InferCall) -> Prepared:
         prepared = build_infer(
-            model, version, tensors, outputs, binary=binary, request_id=request_id, parameters=parameters
+            call.model,
+            call.version,
+            call.inputs,
+            call.outputs,
+            binary=binary,
+            request_id=call.request_id,
+            parameters=call.parameters,
         )
-        prepared.headers.update(headers)
+        prepared.headers.update(call.headers)
         return prepared
+
+    @staticmethod
+    def infer_reply(prepared: Prepared, answer: _Answer) -> InferReply:
+        result = parse_infer(answer.status, answer.headers, answer.content)
+        return InferReply(result, len(prepared.body or b""), len(answer.content))
 
 
 class HttpTransport(_HttpBase):
@@ -157,27 +159,15 @@ class HttpTransport(_HttpBase):
     def model_config(self, name: str, version: str | None, timeout: float | None) -> dict[str, Any]:
         return self._json(model_path(name, version) + "/config", timeout)
 
-    def infer(
-        self,
-        model: str,
-        version: str | None,
-        tensors: Sequence[Tensor],
-        outputs: Sequence[str] | None,
-        request_id: str | None,
-        parameters: Mapping[str, Any] | None,
-        headers: dict[str, str],
-        timeout: float | None,
-    ) -> tuple[InferResult, int, int]:
-        deadline = _deadline(timeout)
+    def infer(self, call: InferCall) -> InferReply:
+        deadline = _deadline(call.timeout)
         if self.binary is None:
             try:
-                self.binary = supports_binary(self.server_metadata(timeout))
+                self.binary = supports_binary(self.server_metadata(call.timeout))
             except ModelNotFound:  # no GET /v2 at all: no extensions, so JSON
                 self.binary = False
-        prepared = self.prepare_infer(self.binary, model, version, tensors, outputs, request_id, parameters, headers)
-        answer = self._send(prepared, _left(deadline))
-        result = parse_infer(answer.status, answer.headers, answer.content)
-        return result, len(prepared.body or b""), len(answer.content)
+        prepared = self.prepare_infer(self.binary, call)
+        return self.infer_reply(prepared, self._send(prepared, _left(deadline)))
 
     def close(self) -> None:
         self._http.close()
@@ -247,27 +237,15 @@ class AsyncHttpTransport(_HttpBase):
     async def model_config(self, name: str, version: str | None, timeout: float | None) -> dict[str, Any]:
         return await self._json(model_path(name, version) + "/config", timeout)
 
-    async def infer(
-        self,
-        model: str,
-        version: str | None,
-        tensors: Sequence[Tensor],
-        outputs: Sequence[str] | None,
-        request_id: str | None,
-        parameters: Mapping[str, Any] | None,
-        headers: dict[str, str],
-        timeout: float | None,
-    ) -> tuple[InferResult, int, int]:
-        deadline = _deadline(timeout)
+    async def infer(self, call: InferCall) -> InferReply:
+        deadline = _deadline(call.timeout)
         if self.binary is None:
             try:
-                self.binary = supports_binary(await self.server_metadata(timeout))
+                self.binary = supports_binary(await self.server_metadata(call.timeout))
             except ModelNotFound:  # no GET /v2 at all: no extensions, so JSON
                 self.binary = False
-        prepared = self.prepare_infer(self.binary, model, version, tensors, outputs, request_id, parameters, headers)
-        answer = await self._send(prepared, _left(deadline))
-        result = parse_infer(answer.status, answer.headers, answer.content)
-        return result, len(prepared.body or b""), len(answer.content)
+        prepared = self.prepare_infer(self.binary, call)
+        return self.infer_reply(prepared, await self._send(prepared, _left(deadline)))
 
     async def close(self) -> None:
         await self._http.aclose()

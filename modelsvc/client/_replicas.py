@@ -31,13 +31,12 @@ import logging
 import random
 import socket
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from ..protocol import Tensor
-from ._core import InferResult
+from ._core import InferCall, InferReply, InferResult
 from ._errors import ClientError, ConnectError, ConnectionLost, QueueFull, ServerUnavailable
 from ._sequence import SEQUENCE_END, SEQUENCE_START, SequenceLost, sequence_key
 from ._stream import StreamCall, StreamingTransport, StreamingUnsupported
@@ -297,26 +296,17 @@ class AsyncReplicaTransport:
     async def model_config(self, name: str, version: str | None, timeout: float | None) -> dict[str, Any]:
         return await self._run(lambda b, t: b.model_config(name, version, t), timeout)
 
-    async def infer(
-        self,
-        model: str,
-        version: str | None,
-        tensors: Sequence[Tensor],
-        outputs: Sequence[str] | None,
-        request_id: str | None,
-        parameters: Mapping[str, Any] | None,
-        headers: dict[str, str],
-        timeout: float | None,
-    ) -> tuple[InferResult, int, int]:
-        def op(b: AsyncTransport, t: float | None) -> Awaitable[tuple[InferResult, int, int]]:
-            return b.infer(model, version, tensors, outputs, request_id, parameters, headers, t)
+    async def infer(self, call: InferCall) -> InferReply:
+        def op(b: AsyncTransport, t: float | None) -> Awaitable[InferReply]:
+            return b.infer(call if t == call.timeout else replace(call, timeout=t))
 
+        parameters = call.parameters
         key = sequence_key(parameters)
         if key is None:
-            return await self._run(op, timeout)
+            return await self._run(op, call.timeout)
         assert parameters is not None
         return await self._sequence_step(
-            key, bool(parameters.get(SEQUENCE_START)), bool(parameters.get(SEQUENCE_END)), op, timeout
+            key, bool(parameters.get(SEQUENCE_START)), bool(parameters.get(SEQUENCE_END)), op, call.timeout
         )
 
     # -- sequences ----------------------------------------------------------------------------------
@@ -377,20 +367,8 @@ class AsyncReplicaTransport:
         return None if replica is None else replica.url
 
     # -- streams ------------------------------------------------------------------------------------
-    def open_stream(
-        self,
-        model: str,
-        version: str | None,
-        tensors: Sequence[Tensor],
-        outputs: Sequence[str] | None,
-        request_id: str | None,
-        parameters: Mapping[str, Any] | None,
-        headers: dict[str, str],
-        timeout: float | None,
-    ) -> StreamCall:
-        return _ReplicaStream(
-            self, lambda b: b.open_stream(model, version, tensors, outputs, request_id, parameters, headers, timeout)
-        )
+    def open_stream(self, call: InferCall) -> StreamCall:
+        return _ReplicaStream(self, lambda b: b.open_stream(call))
 
     async def close(self) -> None:
         self._sequences.clear()

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from types import TracebackType
 from typing import Any, Protocol, Self, runtime_checkable
 
@@ -36,8 +36,7 @@ import grpc.aio
 from opentelemetry import propagate, trace
 from opentelemetry.trace import Span, Status, StatusCode
 
-from ..protocol import Tensor
-from ._core import Attempts, InferResult
+from ._core import Attempts, InferCall, InferResult
 from ._errors import ClientError, ConnectionLost, ServerError
 from ._tracing import ATTR_OUTCOME, start_span
 
@@ -89,34 +88,14 @@ class SyncStreamCall(Protocol):
 class StreamingTransport(Protocol):
     """An ``AsyncTransport`` that streams (the gRPC binding, and replicas of it)."""
 
-    def open_stream(
-        self,
-        model: str,
-        version: str | None,
-        tensors: Sequence[Tensor],
-        outputs: Sequence[str] | None,
-        request_id: str | None,
-        parameters: Mapping[str, Any] | None,
-        headers: dict[str, str],
-        timeout: float | None,
-    ) -> StreamCall: ...
+    def open_stream(self, call: InferCall) -> StreamCall: ...
 
 
 @runtime_checkable
 class SyncStreamingTransport(Protocol):
     """A ``Transport`` that streams (the sync gRPC binding)."""
 
-    def open_stream(
-        self,
-        model: str,
-        version: str | None,
-        tensors: Sequence[Tensor],
-        outputs: Sequence[str] | None,
-        request_id: str | None,
-        parameters: Mapping[str, Any] | None,
-        headers: dict[str, str],
-        timeout: float | None,
-    ) -> SyncStreamCall: ...
+    def open_stream(self, call: InferCall) -> SyncStreamCall: ...
 
 
 def stream_parameters(parameters: Mapping[str, Any] | None) -> dict[str, Any]:

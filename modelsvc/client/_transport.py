@@ -1,16 +1,17 @@
 """What a client needs from a protocol binding: each operation once, errors as ClientError.
 
-Retries, timeouts across attempts, tracing and model handles live above, in the clients, so HTTP and
-gRPC (and any other binding) behave the same. ``timeout`` is the time left for this one attempt.
+Retries, timeouts across attempts, tracing and model handles live above, in the clients, so HTTP, gRPC, the
+in-process binding (and any other) behave the same. An inference takes one call and gives one reply, as httpx's
+``handle_request(request) -> Response``: ``InferCall`` (one try: the model, the inputs, the trace headers, the
+time left) in, ``InferReply`` (the result, bytes sent and received) out. ``timeout`` is the time left for this
+one attempt.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from ..protocol import Tensor
-from ._core import InferResult
+from ._core import InferCall, InferReply
 
 
 class Transport(Protocol):
@@ -27,19 +28,9 @@ class Transport(Protocol):
         """Triton's config JSON; raise ClientError where the server has none (e.g. MLServer)."""
         ...
 
-    def infer(
-        self,
-        model: str,
-        version: str | None,
-        tensors: Sequence[Tensor],
-        outputs: Sequence[str] | None,
-        request_id: str | None,
-        parameters: Mapping[str, Any] | None,
-        headers: dict[str, str],
-        timeout: float | None,
-    ) -> tuple[InferResult, int, int]:
-        """The result, bytes sent and bytes received. ``headers`` carries trace context (HTTP headers or
-        gRPC metadata)."""
+    def infer(self, call: InferCall) -> InferReply:
+        """Send one try of ``call`` within ``call.timeout``; ``call.headers`` carries trace context (HTTP headers
+        or gRPC metadata)."""
         ...
 
     def close(self) -> None: ...
@@ -55,15 +46,5 @@ class AsyncTransport(Protocol):
     async def server_metadata(self, timeout: float | None) -> dict[str, Any]: ...
     async def model_metadata(self, name: str, version: str | None, timeout: float | None) -> dict[str, Any]: ...
     async def model_config(self, name: str, version: str | None, timeout: float | None) -> dict[str, Any]: ...
-    async def infer(
-        self,
-        model: str,
-        version: str | None,
-        tensors: Sequence[Tensor],
-        outputs: Sequence[str] | None,
-        request_id: str | None,
-        parameters: Mapping[str, Any] | None,
-        headers: dict[str, str],
-        timeout: float | None,
-    ) -> tuple[InferResult, int, int]: ...
+    async def infer(self, call: InferCall) -> InferReply: ...
     async def close(self) -> None: ...
