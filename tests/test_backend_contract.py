@@ -34,11 +34,11 @@ from tritonclient.utils import InferenceServerException
 from modelsvc.backends import ModelLoadError, get_backend
 from modelsvc.repository import ModelRepository
 from modelsvc.tools import onnx_models as om
+from tests._python_models import write_python_model
 from tests._server import ModelsvcProcess, wait_for
 from tests.conftest import infer_input
 from tests.test_onnxruntime_backend import instances
 from tests.test_openvino_backend import write_ir
-from tests.test_python_backend import write_python_model
 from tests.test_tensorrt_engine import build_plan, gpu_skip_reason
 
 pytestmark = pytest.mark.integration
