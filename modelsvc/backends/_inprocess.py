@@ -5,6 +5,8 @@ A python model's ``execute`` runs on its instance's worker thread. When it calls
 gRPC requests go to, so it passes the target model's checks, scheduler, dynamic batcher and statistics,
 with no network hop and no serialization: the numpy arrays themselves travel. ``DataPlane.infer`` lives
 on the server's event loop, so the worker thread submits the coroutine to that loop and waits for it.
+What BLS needs of the data plane is ``modelsvc.protocol.InProcessTarget``; the client's in-process binding
+(``modelsvc.client.InProcessTransport``, embedded mode) reaches the same data plane through ``InProcessService``.
 
 ``DataPlane.__init__`` binds itself here together with the loop it was created on. The binding is
 process-wide (a process runs one server) and weak: once that data plane is gone, ``current()`` answers
@@ -17,39 +19,30 @@ import asyncio
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import Protocol
 
-from modelsvc.protocol import InferRequest, InferResponse
-
-
-class Target(Protocol):
-    """What BLS needs of the data plane."""
-
-    async def infer(self, name: str, version: str | None, request: InferRequest) -> InferResponse: ...
-
-    def model_ready(self, name: str, version: str | None = None) -> bool: ...
+from modelsvc.protocol import InProcessTarget
 
 
 @dataclass(frozen=True, slots=True)
 class Binding:
     """The bound data plane and the event loop its coroutines must run on."""
 
-    target: Target
+    target: InProcessTarget
     loop: asyncio.AbstractEventLoop
 
 
 _lock = threading.Lock()
-_bound: tuple[weakref.ref[Target], asyncio.AbstractEventLoop] | None = None
+_bound: tuple[weakref.ref[InProcessTarget], asyncio.AbstractEventLoop] | None = None
 
 
-def bind(target: Target, loop: asyncio.AbstractEventLoop) -> None:
+def bind(target: InProcessTarget, loop: asyncio.AbstractEventLoop) -> None:
     """Make ``target`` (running on ``loop``) the data plane that BLS requests of this process go to."""
     global _bound
     with _lock:
         _bound = (weakref.ref(target), loop)
 
 
-def unbind(target: Target) -> None:
+def unbind(target: InProcessTarget) -> None:
     """Forget ``target`` if it is the bound data plane (a later binding is left alone)."""
     global _bound
     with _lock:

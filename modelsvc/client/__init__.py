@@ -6,7 +6,8 @@ with Client("localhost:8000") as client:
     out = model.infer(INPUT0=np.ones((1, 16), np.float32))["OUTPUT0"]
 
 Bindings are pluggable: ``AsyncClient(binding=...)`` takes any ``AsyncTransport``, whose ``infer`` takes one
-``InferCall`` and gives one ``InferReply``.
+``InferCall`` and gives one ``InferReply``; ``InProcessTransport`` is the binding to a model service running in
+this very process (the logic server's embedded mode).
 """
 
 from ._client import AsyncClient, Client
@@ -25,6 +26,7 @@ from ._errors import (
     ServerUnavailable,
     Timeout,
 )
+from ._inprocess import InProcessTransport
 from ._model import AsyncModel, Model
 from ._replicas import ReplicaState
 from ._retry import NO_RETRY, RetryBudget, RetryPolicy
@@ -42,6 +44,7 @@ __all__ = [
     "ClientError",
     "ConnectError",
     "ConnectionLost",
+    "InProcessTransport",
     "InferCall",
     "InferReply",
     "InferResult",

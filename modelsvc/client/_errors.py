@@ -1,4 +1,5 @@
-"""The client's exceptions: one tree, mapped from HTTP status and gRPC code in one place.
+"""The client's exceptions: one tree, mapped from HTTP status, gRPC code and the model service's own error kinds
+(in-process) in one place.
 
 ClientError                  base: ``message``, ``status`` (HTTP) and ``code`` (gRPC) when a server answered
 ├── InvalidInput             refused before sending (names, datatypes, shapes), or by the server:
@@ -16,6 +17,8 @@ ClientError                  base: ``message``, ``status`` (HTTP) and ``code`` (
 """
 
 from __future__ import annotations
+
+from ..protocol import ErrorKind, ModelsvcError
 
 
 class ClientError(Exception):
@@ -73,6 +76,12 @@ class ProtocolError(ClientError):
 _QUEUE_WORDS = ("queue size", "timeout expired")
 
 
+def _queue_refused(message: str) -> bool:
+    """Whether an "unavailable" answer says the model's queue refused the request (full, or its timeout expired)."""
+    lowered = message.lower()
+    return any(w in lowered for w in _QUEUE_WORDS)
+
+
 def error_from_http(status: int, message: str) -> ClientError:
     """The exception for an HTTP error answer (Triton's status mapping)."""
     if status in (400, 422):
@@ -82,8 +91,7 @@ def error_from_http(status: int, message: str) -> ClientError:
     if status == 413:
         return PayloadTooLarge(message, status=status)
     if status in (429, 503):
-        lowered = message.lower()
-        kind = QueueFull if status == 429 or any(w in lowered for w in _QUEUE_WORDS) else ServerUnavailable
+        kind = QueueFull if status == 429 or _queue_refused(message) else ServerUnavailable
         return kind(message, status=status)
     if status >= 500:
         return ServerError(message, status=status)
@@ -99,9 +107,30 @@ def error_from_grpc(code: str, message: str) -> ClientError:
     if code == "RESOURCE_EXHAUSTED" and "larger than max" in message.lower():
         return PayloadTooLarge(message, code=code)
     if code in ("UNAVAILABLE", "RESOURCE_EXHAUSTED"):
-        lowered = message.lower()
-        full = (code == "RESOURCE_EXHAUSTED" and "message" not in lowered) or any(w in lowered for w in _QUEUE_WORDS)
+        full = (code == "RESOURCE_EXHAUSTED" and "message" not in message.lower()) or _queue_refused(message)
         return (QueueFull if full else ServerUnavailable)(message, code=code)
     if code == "DEADLINE_EXCEEDED":
         return Timeout(message, code=code)
     return ServerError(message, code=code)
+
+
+#: Each error kind of the model service as the client's exception for it, with the HTTP status the model service
+#: answers that kind with (Triton's): an in-process call fails as the same call over HTTP does, ``status`` included.
+_KIND_ERRORS: dict[ErrorKind, tuple[type[ClientError], int]] = {
+    ErrorKind.INVALID_ARGUMENT: (InvalidInput, 400),
+    ErrorKind.NOT_FOUND: (ModelNotFound, 404),
+    ErrorKind.UNAVAILABLE: (ServerUnavailable, 503),  # QueueFull when the queue refused the request
+    ErrorKind.UNSUPPORTED: (InvalidInput, 400),
+    ErrorKind.INTERNAL: (ServerError, 500),
+    ErrorKind.ALREADY_EXISTS: (InvalidInput, 400),
+    ErrorKind.CANCELLED: (InvalidInput, 400),
+    ErrorKind.UNKNOWN: (InvalidInput, 400),
+}
+
+
+def error_from_kind(error: ModelsvcError) -> ClientError:
+    """The exception for the model service's own error, raised in this process (the in-process binding)."""
+    kind, status = _KIND_ERRORS[error.kind]
+    if kind is ServerUnavailable and _queue_refused(error.message):
+        kind = QueueFull
+    return kind(error.message, status=status)

@@ -1,4 +1,5 @@
-"""The v2 (KServe/Triton) inference protocol: datatypes, messages, codecs and errors. No I/O."""
+"""The v2 (KServe/Triton) inference protocol: datatypes, messages, codecs and errors, and the data plane as
+in-process callers (BLS, the client's in-process binding) see it. No I/O."""
 
 from ._datatypes import (
     ALL_DATATYPES,
@@ -39,6 +40,7 @@ from ._http_codec import (
     encode_infer_response_parts,
     encode_json,
 )
+from ._inprocess import InProcessService, InProcessTarget
 from ._types import InferRequest, InferResponse, Parameters, RequestedOutput, Tensor
 
 __all__ = [
@@ -53,6 +55,8 @@ __all__ = [
     "AlreadyExists",
     "Cancelled",
     "ErrorKind",
+    "InProcessService",
+    "InProcessTarget",
     "InferRequest",
     "InferResponse",
     "InternalError",
