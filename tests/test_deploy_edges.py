@@ -9,13 +9,13 @@ from pathlib import Path
 
 import yaml
 
-from tests import test_helm_chart as chart
-from tests.test_helm_chart import CHART, SERVICE_YAML, Renderer, container, flag, pod_spec, render_set
+from tests import _helm
+from tests._helm import CHART, SERVICE_YAML, Renderer, container, flag, pod_spec, render_set
 
 # the chart tests' fixtures: a helm binary (installed into .tools/ on first use) and the renderer
-helm = chart.helm
-helm_env = chart.helm_env
-renderer = chart.renderer
+helm = _helm.helm
+helm_env = _helm.helm_env
+renderer = _helm.renderer
 
 ROOT = Path(__file__).resolve().parent.parent
 

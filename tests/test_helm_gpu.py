@@ -18,13 +18,13 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tests import test_helm_chart
-from tests.test_helm_chart import CHART, ROOT, Doc, Renderer, container, of_kind, one, pod_spec, render_set, validate
+from tests import _helm
+from tests._helm import CHART, ROOT, Doc, Renderer, container, of_kind, one, pod_spec, render_set, validate
 
 # the chart tests' fixtures: one helm binary (installed once into .tools/), its environment, the renderer
-helm = test_helm_chart.helm
-helm_env = test_helm_chart.helm_env
-renderer = test_helm_chart.renderer
+helm = _helm.helm
+helm_env = _helm.helm_env
+renderer = _helm.renderer
 
 GPU_SET = "gpu-values.yaml"
 GPU_KEDA = ("--set", "gpu.enabled=true,autoscaling.engine=keda")
