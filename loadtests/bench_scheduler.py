@@ -26,7 +26,7 @@ import numpy as np
 from modelsvc.backends import get_backend
 from modelsvc.protocol import Unavailable
 from modelsvc.repository import ModelRepository
-from modelsvc.scheduler import ModelStats, Scheduler, SchedulerConfig
+from modelsvc.scheduler import DynamicScheduler, ModelStats, SchedulerConfig, WorkItem
 from modelsvc.tools.onnx_models import token_classifier, write_model
 
 SEQ = 128
@@ -45,10 +45,10 @@ parameters {{ key: "intra_op_thread_count" value {{ string_value: "1" }} }}
 """
 
 
-def _scheduler(repo: ModelRepository, name: str) -> Scheduler:
+def _scheduler(repo: ModelRepository, name: str) -> DynamicScheduler:
     source = repo.load(name)
     instances = get_backend(source.config).create_instances(source.config, source.artifact(1), 1)
-    s = Scheduler(SchedulerConfig.from_model_config(source.config), instances, ModelStats(name, "1"))
+    s = DynamicScheduler(SchedulerConfig.from_model_config(source.config), instances, ModelStats(name, "1"))
     s.start()
     return s
 
@@ -58,7 +58,7 @@ def _inputs(rows: int = 1) -> dict[str, np.ndarray]:
     return {"input_ids": ids, "attention_mask": np.ones_like(ids)}
 
 
-async def _throughput(s: Scheduler, concurrency: int, seconds: float) -> float:
+async def _throughput(s: DynamicScheduler, concurrency: int, seconds: float) -> float:
     done = 0
     stop = time.perf_counter() + seconds
 
@@ -66,7 +66,7 @@ async def _throughput(s: Scheduler, concurrency: int, seconds: float) -> float:
         nonlocal done
         x = _inputs()
         while time.perf_counter() < stop:
-            await s.infer(x, ["logits"])
+            await s.enqueue(WorkItem(x, ["logits"]))
             done += 1
 
     t0 = time.perf_counter()
@@ -93,7 +93,7 @@ async def timeout_lateness(repo: ModelRepository, loaded: bool) -> list[float]:
         assert busy is not None
         x = _inputs()
         while not stop.is_set():
-            await busy.infer(x, ["logits"])
+            await busy.enqueue(WorkItem(x, ["logits"]))
 
     loaders = [asyncio.ensure_future(load()) for _ in range(16)] if loaded else []
     await asyncio.sleep(0.2)
@@ -102,7 +102,7 @@ async def timeout_lateness(repo: ModelRepository, loaded: bool) -> list[float]:
     async def one(timeout_us: int) -> None:
         t0 = time.perf_counter()
         try:
-            await held.infer(_inputs(), ["logits"], timeout_us=timeout_us)
+            await held.enqueue(WorkItem(_inputs(), ["logits"], timeout_us=timeout_us))
         except Unavailable:
             late_ms.append((time.perf_counter() - t0) * 1e3 - timeout_us / 1e3)
 

@@ -17,13 +17,14 @@ from tritonclient.grpc import model_config_pb2
 from modelsvc.backends import Arrays, BatchRequest, ModelInstance, get_backend
 from modelsvc.protocol import InternalError, InvalidArgument
 from modelsvc.scheduler import (
+    DynamicScheduler,
     ModelStats,
     PaddedPolicy,
     PadInput,
     PadSpec,
     QueuePolicy,
-    Scheduler,
     SchedulerConfig,
+    WorkItem,
 )
 from modelsvc.scheduler._dynamic import BatchPolicy
 from modelsvc.scheduler._queue import RequestQueue
@@ -36,9 +37,11 @@ async def test_the_queue_takes_any_positions_of_the_dispatch_order() -> None:
     queue = RequestQueue(config, "m", lambda: None)
     queue.start(asyncio.get_running_loop())
     items = [
-        queue.add({"IN": np.full((1, 1), v, np.float32)}, ["OUT"], priority, None, None)
+        WorkItem({"IN": np.full((1, 1), v, np.float32)}, ["OUT"], priority)
         for v, priority in [(0, 1), (1, 1), (2, 1), (3, 2), (4, 2), (5, 2)]
     ]
+    for item in items:
+        queue.add(item)
     assert list(queue.in_order()) == items
     assert queue.take([1, 3, 5]) == [items[1], items[3], items[5]]
     assert list(queue.in_order()) == [items[0], items[2], items[4]]
@@ -164,9 +167,9 @@ async def test_requests_of_different_lengths_share_a_batch_and_get_their_answers
     requests = [tokens(n, seed) for seed, n in enumerate(lengths)]
     alone = [instances[0].execute(r, names) for r in requests]  # each request on its own, unpadded
     stats = ModelStats("m", "1")
-    s = Scheduler(SchedulerConfig.from_model_config(cfg), instances, stats)
+    s = DynamicScheduler(SchedulerConfig.from_model_config(cfg), instances, stats)
     s.start()
-    answers = await asyncio.gather(*(s.infer(r, names) for r in requests))
+    answers = await asyncio.gather(*(s.enqueue(WorkItem(r, names)) for r in requests))
     await s.close()
     assert stats.execution_count == 1, "the six requests did not share one batch"
     assert (stats.tokens_computed, stats.tokens_useful) == (6 * 8, sum(lengths))
@@ -187,11 +190,11 @@ async def test_a_batch_is_padded_to_its_bucket_and_counted(tmp_path: Path) -> No
     requests = [tokens(3, 0), tokens(5, 1)]
     alone = [instances[0].execute(r, names) for r in requests]
     stats = ModelStats("m", "1")
-    s = Scheduler(SchedulerConfig.from_model_config(cfg), instances, stats)
+    s = DynamicScheduler(SchedulerConfig.from_model_config(cfg), instances, stats)
     s.start()
-    answers = await asyncio.gather(*(s.infer(r, names) for r in requests))
+    answers = await asyncio.gather(*(s.enqueue(WorkItem(r, names)) for r in requests))
     with pytest.raises(InvalidArgument, match="longer than the largest of pad_buckets"):
-        await s.infer(tokens(17, 2), names)
+        await s.enqueue(WorkItem(tokens(17, 2), names))
     await s.close()
     assert stats.execution_count == 1
     assert (stats.tokens_computed, stats.tokens_useful) == (2 * 8, 8)
@@ -251,13 +254,13 @@ def padded_config(max_batch_size: int) -> SchedulerConfig:
 async def test_per_request_instances_get_each_request_padded_and_answer_at_its_own_length() -> None:
     inst = PerRequest()
     stats = ModelStats("m", "1")
-    s = Scheduler(padded_config(3), [inst], stats)
+    s = DynamicScheduler(padded_config(3), [inst], stats)
     s.start()
     trace = Traced()
     rows = [np.array([[1, 2, 3]]), np.array([[4, 5, 6, 7]]), np.array([[8, 9, 10, 11]])]
     answers = await asyncio.gather(
-        s.infer({"ids": rows[0]}, ["hidden", "pooled"], trace=trace),
-        *(s.infer({"ids": r}, ["hidden", "pooled"]) for r in rows[1:]),
+        s.enqueue(WorkItem({"ids": rows[0]}, ["hidden", "pooled"], trace=trace)),
+        *(s.enqueue(WorkItem({"ids": r}, ["hidden", "pooled"])) for r in rows[1:]),
     )
     assert inst.seen == [[4, 4, 4]]
     assert trace.started == [(3, 4)]
@@ -270,11 +273,11 @@ async def test_per_request_instances_get_each_request_padded_and_answer_at_its_o
 
 async def test_a_padded_output_of_another_length_fails_its_request_alone() -> None:
     inst = PerRequest()
-    s = Scheduler(padded_config(2), [inst], ModelStats("m", "1"))
+    s = DynamicScheduler(padded_config(2), [inst], ModelStats("m", "1"))
     s.start()
     good, bad = await asyncio.gather(
-        s.infer({"ids": np.array([[1, 2]])}, ["hidden"]),
-        s.infer({"ids": np.array([[99, 2, 3]])}, ["hidden"]),
+        s.enqueue(WorkItem({"ids": np.array([[1, 2]])}, ["hidden"])),
+        s.enqueue(WorkItem({"ids": np.array([[99, 2, 3]])}, ["hidden"])),
         return_exceptions=True,
     )
     await s.close()
@@ -287,9 +290,9 @@ async def test_a_padded_output_of_another_length_fails_its_request_alone() -> No
 async def test_unequal_padded_inputs_are_refused_before_they_queue() -> None:
     spec = PadSpec((PadInput("ids", 1, np.int64(0)), PadInput("mask", 1, np.int64(0))), {})
     config = SchedulerConfig(True, True, PaddedPolicy(4, spec), padding=spec)
-    s = Scheduler(config, [PerRequest()], ModelStats("m", "1"))
+    s = DynamicScheduler(config, [PerRequest()], ModelStats("m", "1"))
     s.start()
     with pytest.raises(InvalidArgument, match="got 'ids' 3, 'mask' 2"):
-        await s.infer({"ids": np.zeros((1, 3), np.int64), "mask": np.zeros((1, 2), np.int64)}, ["hidden"])
+        await s.enqueue(WorkItem({"ids": np.zeros((1, 3), np.int64), "mask": np.zeros((1, 2), np.int64)}, ["hidden"]))
     assert s.pending_count == 0
     await s.close()

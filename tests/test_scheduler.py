@@ -12,11 +12,12 @@ import pytest
 from modelsvc.protocol import Unavailable
 from modelsvc.scheduler import (
     BatchPolicy,
+    DynamicScheduler,
     ModelStats,
     QueuePolicy,
-    Scheduler,
     SchedulerConfig,
     TimeoutAction,
+    WorkItem,
 )
 
 WAIT = 10.0  # generous bound for "eventually"; a pass never waits this long
@@ -79,11 +80,11 @@ def stats() -> ModelStats:
 
 async def test_requests_queued_behind_a_busy_instance_form_one_batch(stats):
     inst = GatedInstance()
-    s = Scheduler(config(), [inst], stats)
+    s = DynamicScheduler(config(), [inst], stats)
     s.start()
-    first = asyncio.ensure_future(s.infer(row(1), ["OUT"]))
+    first = asyncio.ensure_future(s.enqueue(WorkItem(row(1), ["OUT"])))
     await started(inst)
-    rest = [asyncio.ensure_future(s.infer(row(v), ["OUT"])) for v in (2, 3, 4)]
+    rest = [asyncio.ensure_future(s.enqueue(WorkItem(row(v), ["OUT"]))) for v in (2, 3, 4)]
     await until(lambda: s.pending_count == 3, "three queued")
     inst.gate.set()
     outs = await asyncio.gather(first, *rest)
@@ -98,10 +99,10 @@ async def test_requests_queued_behind_a_busy_instance_form_one_batch(stats):
 
 async def test_unbatched_scheduler_runs_each_request_alone(stats):
     inst = GatedInstance()
-    s = Scheduler(config(dynamic=False), [inst], stats)
+    s = DynamicScheduler(config(dynamic=False), [inst], stats)
     s.start()
     inst.gate.set()
-    outs = await asyncio.gather(*(s.infer(row(v, n=2), ["OUT"]) for v in (1, 2, 3)))
+    outs = await asyncio.gather(*(s.enqueue(WorkItem(row(v, n=2), ["OUT"])) for v in (1, 2, 3)))
     assert [o["OUT"].shape for o in outs] == [(2, 2)] * 3
     assert len(inst.batches) == 3
     await s.close()
@@ -111,13 +112,13 @@ async def test_timeout_rejects_while_the_instance_is_still_busy(stats):
     """The rejection comes from the request's own timer, not from the scheduler waking up."""
     policy = QueuePolicy(default_timeout_ns=50_000_000)
     inst = GatedInstance()
-    s = Scheduler(config(policies=(policy,)), [inst], stats)
+    s = DynamicScheduler(config(policies=(policy,)), [inst], stats)
     s.start()
-    busy = asyncio.ensure_future(s.infer(row(1), ["OUT"]))
+    busy = asyncio.ensure_future(s.enqueue(WorkItem(row(1), ["OUT"])))
     await started(inst)
     t0 = time.monotonic()
     with pytest.raises(Unavailable, match="timeout expired"):
-        await s.infer(row(2), ["OUT"])
+        await s.enqueue(WorkItem(row(2), ["OUT"]))
     waited = time.monotonic() - t0
     assert waited >= 0.05
     assert not inst.gate.is_set()  # the instance never freed up: the timer alone rejected it
@@ -139,13 +140,13 @@ async def test_request_timeout_override_only_shortens(stats):
 async def test_delay_action_moves_expired_request_behind_the_others(stats):
     policy = QueuePolicy(timeout_action=TimeoutAction.DELAY, default_timeout_ns=0, allow_timeout_override=True)
     inst = GatedInstance()
-    s = Scheduler(config(batch=BatchPolicy(1), policies=(policy,)), [inst], stats)
+    s = DynamicScheduler(config(batch=BatchPolicy(1), policies=(policy,)), [inst], stats)
     s.start()
-    busy = asyncio.ensure_future(s.infer(row(0), ["OUT"]))
+    busy = asyncio.ensure_future(s.enqueue(WorkItem(row(0), ["OUT"])))
     await started(inst)
-    late = asyncio.ensure_future(s.infer(row(1), ["OUT"], timeout_us=1_000))
+    late = asyncio.ensure_future(s.enqueue(WorkItem(row(1), ["OUT"], timeout_us=1_000)))
     await until(lambda: s.pending_count == 1 and not s._levels[0], "the timeout to move the request")
-    other = asyncio.ensure_future(s.infer(row(2), ["OUT"]))
+    other = asyncio.ensure_future(s.enqueue(WorkItem(row(2), ["OUT"])))
     await until(lambda: s.pending_count == 2, "two queued")
     inst.gate.set()
     await asyncio.gather(busy, late, other)
@@ -155,14 +156,14 @@ async def test_delay_action_moves_expired_request_behind_the_others(stats):
 
 async def test_full_queue_rejects_at_once(stats):
     inst = GatedInstance()
-    s = Scheduler(config(policies=(QueuePolicy(max_queue_size=2),)), [inst], stats)
+    s = DynamicScheduler(config(policies=(QueuePolicy(max_queue_size=2),)), [inst], stats)
     s.start()
-    busy = asyncio.ensure_future(s.infer(row(0), ["OUT"]))
+    busy = asyncio.ensure_future(s.enqueue(WorkItem(row(0), ["OUT"])))
     await started(inst)
-    queued = [asyncio.ensure_future(s.infer(row(v), ["OUT"])) for v in (1, 2)]
+    queued = [asyncio.ensure_future(s.enqueue(WorkItem(row(v), ["OUT"]))) for v in (1, 2)]
     await until(lambda: s.pending_count == 2, "two queued")
     with pytest.raises(Unavailable, match="maximum queue size of 2"):
-        await s.infer(row(3), ["OUT"])
+        await s.enqueue(WorkItem(row(3), ["OUT"]))
     inst.gate.set()
     await asyncio.gather(busy, *queued)
     await s.close()
@@ -170,12 +171,12 @@ async def test_full_queue_rejects_at_once(stats):
 
 async def test_request_whose_caller_left_never_runs(stats):
     inst = GatedInstance()
-    s = Scheduler(config(), [inst], stats)
+    s = DynamicScheduler(config(), [inst], stats)
     s.start()
-    busy = asyncio.ensure_future(s.infer(row(0), ["OUT"]))
+    busy = asyncio.ensure_future(s.enqueue(WorkItem(row(0), ["OUT"])))
     await started(inst)
-    gone = asyncio.ensure_future(s.infer(row(1), ["OUT"]))
-    stays = asyncio.ensure_future(s.infer(row(2), ["OUT"]))
+    gone = asyncio.ensure_future(s.enqueue(WorkItem(row(1), ["OUT"])))
+    stays = asyncio.ensure_future(s.enqueue(WorkItem(row(2), ["OUT"])))
     await until(lambda: s.pending_count == 2, "two queued")
     gone.cancel()
     await until(lambda: s.pending_count == 1, "the cancelled request to leave")
@@ -193,12 +194,12 @@ async def test_higher_priority_goes_first(stats):
         default_priority=2,
         policies=(QueuePolicy(), QueuePolicy()),
     )
-    s = Scheduler(cfg, [inst], stats)
+    s = DynamicScheduler(cfg, [inst], stats)
     s.start()
-    busy = asyncio.ensure_future(s.infer(row(0), ["OUT"]))
+    busy = asyncio.ensure_future(s.enqueue(WorkItem(row(0), ["OUT"])))
     await started(inst)
-    low = asyncio.ensure_future(s.infer(row(1), ["OUT"]))  # default level 2
-    high = asyncio.ensure_future(s.infer(row(2), ["OUT"], priority=1))
+    low = asyncio.ensure_future(s.enqueue(WorkItem(row(1), ["OUT"])))  # default level 2
+    high = asyncio.ensure_future(s.enqueue(WorkItem(row(2), ["OUT"], priority=1)))
     await until(lambda: s.pending_count == 2, "two queued")
     inst.gate.set()
     await asyncio.gather(busy, low, high)
@@ -211,9 +212,9 @@ async def test_two_instances_execute_at_the_same_time(stats):
     a, b = GatedInstance("a", barrier), GatedInstance("b", barrier)
     a.gate.set()
     b.gate.set()
-    s = Scheduler(config(batch=BatchPolicy(1)), [a, b], stats)
+    s = DynamicScheduler(config(batch=BatchPolicy(1)), [a, b], stats)
     s.start()
-    await asyncio.gather(s.infer(row(1), ["OUT"]), s.infer(row(2), ["OUT"]))
+    await asyncio.gather(s.enqueue(WorkItem(row(1), ["OUT"])), s.enqueue(WorkItem(row(2), ["OUT"])))
     assert len(a.batches) == 1
     assert len(b.batches) == 1
     await s.close()
@@ -221,11 +222,11 @@ async def test_two_instances_execute_at_the_same_time(stats):
 
 async def test_preserve_ordering_holds_later_results(stats):
     a, b = GatedInstance("a"), GatedInstance("b")
-    s = Scheduler(config(batch=BatchPolicy(1), preserve_ordering=True), [a, b], stats)
+    s = DynamicScheduler(config(batch=BatchPolicy(1), preserve_ordering=True), [a, b], stats)
     s.start()
-    first = asyncio.ensure_future(s.infer(row(1), ["OUT"]))
+    first = asyncio.ensure_future(s.enqueue(WorkItem(row(1), ["OUT"])))
     await started(a)
-    second = asyncio.ensure_future(s.infer(row(2), ["OUT"]))
+    second = asyncio.ensure_future(s.enqueue(WorkItem(row(2), ["OUT"])))
     await started(b)
     b.gate.set()
     await until(lambda: len(b.batches) == 1, "b to finish")
@@ -239,16 +240,16 @@ async def test_preserve_ordering_holds_later_results(stats):
 
 async def test_close_finishes_queued_work_and_refuses_new(stats):
     inst = GatedInstance()
-    s = Scheduler(config(), [inst], stats)
+    s = DynamicScheduler(config(), [inst], stats)
     s.start()
-    busy = asyncio.ensure_future(s.infer(row(0), ["OUT"]))
+    busy = asyncio.ensure_future(s.enqueue(WorkItem(row(0), ["OUT"])))
     await started(inst)
-    queued = asyncio.ensure_future(s.infer(row(1), ["OUT"]))
+    queued = asyncio.ensure_future(s.enqueue(WorkItem(row(1), ["OUT"])))
     await until(lambda: s.pending_count == 1, "one queued")
     closing = asyncio.ensure_future(s.close())
     await asyncio.sleep(0)
     with pytest.raises(Unavailable, match="shutting down"):
-        await s.infer(row(2), ["OUT"])
+        await s.enqueue(WorkItem(row(2), ["OUT"]))
     inst.gate.set()
     await closing
     assert (await queued)["OUT"][0, 0] == 2
@@ -264,12 +265,12 @@ async def test_execution_failure_fails_only_that_batch(stats):
 
     inst = Failing()
     inst.gate.set()
-    s = Scheduler(config(), [inst], stats)
+    s = DynamicScheduler(config(), [inst], stats)
     s.start()
     with pytest.raises(Exception, match="failed to execute") as info:
-        await s.infer(row(-1), ["OUT"])
+        await s.enqueue(WorkItem(row(-1), ["OUT"]))
     assert "boom" not in str(info.value)
-    assert (await s.infer(row(3), ["OUT"]))["OUT"][0, 0] == 6
+    assert (await s.enqueue(WorkItem(row(3), ["OUT"])))["OUT"][0, 0] == 6
     await s.close()
 
 
@@ -278,13 +279,13 @@ async def test_delayed_request_keeps_its_priority_level(stats):
     delay = QueuePolicy(timeout_action=TimeoutAction.DELAY, allow_timeout_override=True)
     cfg = config(batch=BatchPolicy(1), priority_levels=2, default_priority=2, policies=(delay, QueuePolicy()))
     inst = GatedInstance()
-    s = Scheduler(cfg, [inst], stats)
+    s = DynamicScheduler(cfg, [inst], stats)
     s.start()
-    busy = asyncio.ensure_future(s.infer(row(0), ["OUT"]))
+    busy = asyncio.ensure_future(s.enqueue(WorkItem(row(0), ["OUT"])))
     await started(inst)
-    late = asyncio.ensure_future(s.infer(row(1), ["OUT"], priority=1, timeout_us=1_000))
+    late = asyncio.ensure_future(s.enqueue(WorkItem(row(1), ["OUT"], priority=1, timeout_us=1_000)))
     await until(lambda: not s._levels[0] and s.pending_count == 1, "the request to be delayed")
-    low = asyncio.ensure_future(s.infer(row(2), ["OUT"]))
+    low = asyncio.ensure_future(s.enqueue(WorkItem(row(2), ["OUT"])))
     await until(lambda: s.pending_count == 2, "two queued")
     inst.gate.set()
     await asyncio.gather(busy, late, low)
@@ -295,20 +296,20 @@ async def test_delayed_request_keeps_its_priority_level(stats):
 async def test_failing_start_hook_loses_neither_batch_nor_instance(stats):
     inst = GatedInstance()
     inst.gate.set()
-    s = Scheduler(config(), [inst], stats)
+    s = DynamicScheduler(config(), [inst], stats)
     s.start()
 
     def broken(rows: int) -> None:
         raise RuntimeError("hook failed")
 
-    assert (await s.infer(row(1), ["OUT"], on_start=broken))["OUT"][0, 0] == 2
-    assert (await s.infer(row(2), ["OUT"]))["OUT"][0, 0] == 4
+    assert (await s.enqueue(WorkItem(row(1), ["OUT"], on_start=broken)))["OUT"][0, 0] == 2
+    assert (await s.enqueue(WorkItem(row(2), ["OUT"])))["OUT"][0, 0] == 4
     await s.close()
 
 
 async def test_close_without_start_releases_instances(stats):
     inst = GatedInstance()
-    await Scheduler(config(), [inst], stats).close()
+    await DynamicScheduler(config(), [inst], stats).close()
     assert inst.closed
 
 
@@ -326,15 +327,15 @@ def test_timeout_never_fires_before_its_deadline_when_the_loop_timer_is_early(st
 
     async def main() -> list[int]:
         inst = GatedInstance()
-        s = Scheduler(config(policies=(QueuePolicy(default_timeout_ns=timeout_ns),)), [inst], stats)
+        s = DynamicScheduler(config(policies=(QueuePolicy(default_timeout_ns=timeout_ns),)), [inst], stats)
         s.start()
-        busy = asyncio.ensure_future(s.infer(row(1), ["OUT"]))
+        busy = asyncio.ensure_future(s.enqueue(WorkItem(row(1), ["OUT"])))
         await started(inst)
         waits = []
         for _ in range(20):
             t0 = time.perf_counter_ns()
             with pytest.raises(Unavailable, match="timeout expired"):
-                await s.infer(row(2), ["OUT"])
+                await s.enqueue(WorkItem(row(2), ["OUT"]))
             waits.append(time.perf_counter_ns() - t0)
         inst.gate.set()
         await busy
@@ -349,11 +350,12 @@ def test_timeout_never_fires_before_its_deadline_when_the_loop_timer_is_early(st
 async def test_a_full_batch_goes_at_once_whatever_the_queue_delay(stats):
     inst = GatedInstance()
     inst.gate.set()
-    sched = Scheduler(config(batch=BatchPolicy(4, max_queue_delay_ns=600 * 10**9)), [inst], stats)
+    sched = DynamicScheduler(config(batch=BatchPolicy(4, max_queue_delay_ns=600 * 10**9)), [inst], stats)
     sched.start()
     try:
         t0 = time.monotonic()
-        outs = await asyncio.wait_for(asyncio.gather(*(sched.infer(row(i), ["OUT"]) for i in range(4))), WAIT)
+        calls = [sched.enqueue(WorkItem(row(i), ["OUT"])) for i in range(4)]
+        outs = await asyncio.wait_for(asyncio.gather(*calls), WAIT)
         assert time.monotonic() - t0 < WAIT
         assert [o["OUT"][0, 0] for o in outs] == [0, 2, 4, 6]
         assert inst.batches == [[0, 1, 2, 3]]
@@ -368,11 +370,11 @@ async def test_a_lone_request_waits_out_the_queue_delay_then_goes(stats):
     inst = GatedInstance()
     inst.gate.set()
     delay_ns = 30_000_000
-    sched = Scheduler(config(batch=BatchPolicy(8, max_queue_delay_ns=delay_ns)), [inst], stats)
+    sched = DynamicScheduler(config(batch=BatchPolicy(8, max_queue_delay_ns=delay_ns)), [inst], stats)
     sched.start()
     try:
         t0 = time.perf_counter_ns()
-        out = await asyncio.wait_for(sched.infer(row(5), ["OUT"]), WAIT)
+        out = await asyncio.wait_for(sched.enqueue(WorkItem(row(5), ["OUT"])), WAIT)
         waited = time.perf_counter_ns() - t0
         assert out["OUT"][0, 0] == 10
         assert inst.batches == [[5]]
@@ -380,7 +382,7 @@ async def test_a_lone_request_waits_out_the_queue_delay_then_goes(stats):
         queue_ns = stats.as_json()["inference_stats"]["queue"]["ns"]
         assert queue_ns >= delay_ns - 60_000
         for _ in range(3):
-            await asyncio.wait_for(sched.infer(row(1), ["OUT"]), WAIT)
+            await asyncio.wait_for(sched.enqueue(WorkItem(row(1), ["OUT"])), WAIT)
         assert 0 <= sched._lead_ns <= 60_000
     finally:
         await sched.close()

@@ -17,7 +17,7 @@ import pytest
 
 from modelsvc.backends import Arrays, BatchRequest
 from modelsvc.protocol import InferRequest, InternalError, InvalidArgument
-from modelsvc.scheduler import BatchPolicy, ModelStats, Scheduler, SchedulerConfig
+from modelsvc.scheduler import BatchPolicy, DynamicScheduler, ModelStats, SchedulerConfig, WorkItem
 
 WAIT = 10.0
 
@@ -85,18 +85,18 @@ def inst() -> ListInstance:
 
 
 async def busy_then_queue(
-    s: Scheduler, inst: ListInstance, values: Sequence[float], outputs: Sequence[str] = ("OUT",)
+    s: DynamicScheduler, inst: ListInstance, values: Sequence[float], outputs: Sequence[str] = ("OUT",)
 ) -> tuple[asyncio.Future[Arrays], list[asyncio.Future[Arrays]]]:
     """One request occupies the instance; ``values`` queue behind it and form the next batch."""
-    first = asyncio.ensure_future(s.infer(row(0), ["OUT"]))
+    first = asyncio.ensure_future(s.enqueue(WorkItem(row(0), ["OUT"])))
     await until(inst.entered.is_set, "the first batch to start")
-    rest = [asyncio.ensure_future(s.infer(row(v), outputs)) for v in values]
+    rest = [asyncio.ensure_future(s.enqueue(WorkItem(row(v), outputs))) for v in values]
     await until(lambda: s.pending_count == len(values), "the requests to queue")
     return first, rest
 
 
-def scheduler(inst: ListInstance, stats: ModelStats) -> Scheduler:
-    s = Scheduler(SchedulerConfig(batching=True, dynamic=True, batch=BatchPolicy(8)), [inst], stats)
+def scheduler(inst: ListInstance, stats: ModelStats) -> DynamicScheduler:
+    s = DynamicScheduler(SchedulerConfig(batching=True, dynamic=True, batch=BatchPolicy(8)), [inst], stats)
     s.start()
     return s
 
@@ -118,11 +118,11 @@ async def test_a_batch_arrives_as_the_list_of_its_requests(inst: ListInstance, s
 
 async def test_each_request_keeps_its_rows_outputs_and_request(inst: ListInstance, stats: ModelStats) -> None:
     s = scheduler(inst, stats)
-    first = asyncio.ensure_future(s.infer(row(0), ["OUT"]))
+    first = asyncio.ensure_future(s.enqueue(WorkItem(row(0), ["OUT"])))
     await until(inst.entered.is_set, "the first batch to start")
     request = InferRequest([], id="r-1", parameters={"custom": 1})
-    two_rows = asyncio.ensure_future(s.infer(row(1, rows=2), ["A"], request=request))
-    other = asyncio.ensure_future(s.infer(row(2), ["B", "A"]))
+    two_rows = asyncio.ensure_future(s.enqueue(WorkItem(row(1, rows=2), ["A"], request=request)))
+    other = asyncio.ensure_future(s.enqueue(WorkItem(row(2), ["B", "A"])))
     await until(lambda: s.pending_count == 2, "two queued")
     inst.gate.set()
     await first
@@ -169,15 +169,15 @@ async def test_a_wrong_number_of_answers_fails_the_whole_batch(inst: ListInstanc
     inst.answers = lambda batch: [{"OUT": batch[0].inputs["IN"]}] * (len(batch) + 1)
     inst.gate.set()
     with pytest.raises(InternalError):
-        await s.infer(row(1), ["OUT"])
+        await s.enqueue(WorkItem(row(1), ["OUT"]))
     await s.close()
 
 
 async def test_unbatched_requests_arrive_one_per_list(inst: ListInstance, stats: ModelStats) -> None:
-    s = Scheduler(SchedulerConfig(batching=False, dynamic=False, batch=BatchPolicy(1)), [inst], stats)
+    s = DynamicScheduler(SchedulerConfig(batching=False, dynamic=False, batch=BatchPolicy(1)), [inst], stats)
     s.start()
     inst.gate.set()
-    outs = await asyncio.gather(*(s.infer(row(v), ["OUT"]) for v in (1, 2, 3)))
+    outs = await asyncio.gather(*(s.enqueue(WorkItem(row(v), ["OUT"])) for v in (1, 2, 3)))
     assert [o["OUT"][0, 0] for o in outs] == [2, 4, 6]
     assert [len(b) for b in inst.batches] == [1, 1, 1]
     await s.close()

@@ -15,7 +15,7 @@ from google.protobuf import text_format
 
 from modelsvc.backends import ModelConfig
 from modelsvc.protocol import InferRequest
-from modelsvc.scheduler import ModelStats, SequenceScheduler, SequenceSettings
+from modelsvc.scheduler import ModelStats, SequenceScheduler, SequenceSettings, WorkItem
 
 CONFIG = """name: "m"
 max_batch_size: {mbs}
@@ -69,7 +69,7 @@ def _step(scheduler: SequenceScheduler, sid: int, value: float, **flags: bool) -
     params: dict[str, Any] = {"sequence_id": sid, **{f"sequence_{k}": v for k, v in flags.items()}}
     inputs = {"INPUT": np.array([[value]], dtype=np.float32)}
     request = InferRequest(inputs=[], parameters=params)
-    return asyncio.ensure_future(scheduler.infer(inputs, ["OUTPUT"], request=request))
+    return asyncio.ensure_future(scheduler.enqueue(WorkItem(inputs, ["OUTPUT"], request=request)))
 
 
 async def _value(task: asyncio.Task[Any]) -> float:

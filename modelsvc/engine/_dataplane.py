@@ -1,4 +1,9 @@
-"""The one data plane under every transport: HTTP and gRPC handlers only decode, call this, and encode."""
+"""The one data plane under every transport: HTTP and gRPC handlers only decode, call this, and encode.
+
+A request that passes the checks becomes one job (``modelsvc.scheduler.WorkItem``: its inputs, the outputs it
+wants, its priority, timeout, trace and the request itself), which the model version's scheduler takes whole
+(``Scheduler.enqueue``), as Triton's core hands one request to ``Scheduler::Enqueue``.
+"""
 
 from __future__ import annotations
 
@@ -26,6 +31,7 @@ from ..protocol import (
     Unsupported,
 )
 from ..protocol._pbjson import message_to_json
+from ..scheduler import WorkItem
 from ._models import ModelControlMode, ModelManager
 from ._spec import TensorSpec
 from ._stream_stats import ResponseStats
@@ -159,9 +165,7 @@ class DataPlane:
             priority, timeout_us = _scheduling(request)
             if trace is not None:
                 trace.enqueued(mv.version_label)
-            outputs = await mv.scheduler.infer(
-                inputs, wanted, priority=priority, timeout_us=timeout_us, trace=trace, request=request
-            )
+            outputs = await mv.scheduler.enqueue(WorkItem(inputs, wanted, priority, timeout_us, trace, request))
             response = InferResponse(
                 model_name=name,
                 model_version=mv.version_label,
@@ -207,11 +211,8 @@ class DataPlane:
             if trace is not None:
                 trace.enqueued(mv.version_label)
             streamed = DecoupledRequest(request.inputs, request.id, request.outputs, request.parameters, channel)
-            run = asyncio.ensure_future(
-                mv.scheduler.infer(
-                    inputs, wanted, priority=priority, timeout_us=timeout_us, trace=trace, request=streamed
-                )
-            )
+            job = WorkItem(inputs, wanted, priority, timeout_us, trace, streamed)
+            run = asyncio.ensure_future(mv.scheduler.enqueue(job))
             run.add_done_callback(lambda done: _failed(done, channel))
             while not final:
                 sent, final, infer_ns, output_ns = await channel.get()

@@ -1,9 +1,9 @@
 """Running an ensemble: its steps as a graph, each step a request to its composing model.
 
 An ensemble version gets an :class:`EnsembleScheduler` where other models get a dynamic batcher; the
-data plane calls it the same way. A request to the ensemble starts every step whose input tensors
-exist, and each step that finishes may make more steps ready, so independent steps run at the same
-time and a request moves on as soon as what it needs is there. Each step is an ordinary request to
+data plane calls it the same way (a ``Scheduler``: ``enqueue(job)``). A request to the ensemble starts every
+step whose input tensors exist, and each step that finishes may make more steps ready, so independent steps
+run at the same time and a request moves on as soon as what it needs is there. Each step is an ordinary request to
 the composing model through the data plane (``InferTarget``): it passes that model's checks, its
 scheduler (so a batching model batches steps of concurrent ensemble requests together), its
 response cache, and its statistics. While one request is at the tokenizer another can be at the
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -39,7 +39,7 @@ from ..protocol import (
     Unavailable,
 )
 from ..repository import EnsemblePlan, EnsembleStep
-from ..scheduler import ModelStats, TracedBatch, TracedRequest
+from ..scheduler import ModelStats, TracedBatch, WorkItem
 from ._spec import TensorSpec
 
 Arrays = dict[str, np.ndarray[Any, Any]]
@@ -84,7 +84,7 @@ class ComposingModels(Protocol):
 
 
 class EnsembleScheduler:
-    """Takes an ensemble version's requests, as ``Scheduler`` takes a model's, and runs their steps.
+    """Takes an ensemble version's requests, as a model's ``Scheduler`` takes a model's, and runs their steps.
 
     ``target`` gives the data plane that steps are sent to, looked up at each request (the data plane
     is created after the models load).
@@ -133,44 +133,36 @@ class EnsembleScheduler:
                 self._idle = asyncio.Event()
             await self._idle.wait()
 
-    async def infer(
-        self,
-        inputs: Arrays,
-        outputs: Sequence[str],
-        *,
-        priority: int = 0,
-        timeout_us: int | None = None,
-        on_start: Callable[[int], None] | None = None,
-        trace: TracedRequest | None = None,
-        request: InferRequest | None = None,
-    ) -> Arrays:
-        """Run the steps that ``outputs`` need and return those ensemble tensors.
+    async def enqueue(self, job: WorkItem) -> Arrays:
+        """Run the steps that ``job.outputs`` need and return those ensemble tensors.
 
-        As with ``Scheduler.infer``, ``on_start`` is called and ``trace`` told of a "batch" when the steps start:
-        the request's trace shows the whole pipeline as its one batch (the steps are not traced on their own).
+        As the other schedulers do, it calls ``job.on_start`` and tells ``job.trace`` of a "batch" when the steps
+        start: the request's trace shows the whole pipeline as its one batch (the steps are not traced on their
+        own).
         """
         if self._closing:
             raise Unavailable(f"{self._label} is shutting down")
         target = self._target()
         if target is None:
             raise Unavailable(f"{self._label} cannot run: the server is not serving requests")
-        wanted = tuple(outputs)
+        wanted = tuple(job.outputs)
         steps = self._by_outputs.get(wanted)
         if steps is None:
             steps = self._by_outputs[wanted] = self.plan.steps_for(wanted)
+        inputs, request = job.inputs, job.request
         values = {name: Tensor(name, self._input_types[name], array.shape, array) for name, array in inputs.items()}
         params = dict(request.parameters) if request is not None else {}
-        if priority:
-            params["priority"] = priority
-        if timeout_us:
-            params["timeout"] = timeout_us
+        if job.priority:
+            params["priority"] = job.priority
+        if job.timeout_us:
+            params["timeout"] = job.timeout_us
         request_id = request.id if request is not None else None
         if self._batching:
             first = next(iter(inputs.values()), None)
             rows = first.shape[0] if first is not None and first.ndim else 1
         else:
             rows = 1
-        traced = self._started(rows, on_start, trace)
+        traced = self._started(rows, job)
         failure: BaseException | None = None
         self._in_flight += 1
         try:
@@ -201,13 +193,12 @@ class EnsembleScheduler:
         self.stats.count_inference(rows)
         return result
 
-    def _started(
-        self, rows: int, on_start: Callable[[int], None] | None, trace: TracedRequest | None
-    ) -> TracedBatch | None:
+    def _started(self, rows: int, job: WorkItem) -> TracedBatch | None:
         """Tell the hooks that the request's steps start; a hook that fails is logged and the request goes on."""
         try:
-            if on_start is not None:
-                on_start(rows)
+            if job.on_start is not None:
+                job.on_start(rows)
+            trace = job.trace
             return None if trace is None else trace.batch_started([trace], rows)
         except Exception:
             logger.exception("a start hook of a request to %s failed", self._label)

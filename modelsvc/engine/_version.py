@@ -1,7 +1,8 @@
 """One version of a model: its states, what it serves with, and how it comes to life and goes away.
 
-A :class:`ModelVersion` is a version that takes requests: its configuration, scheduler (a dynamic batcher
-in front of its backend's instances, or an ensemble's step runner), statistics and tensor contract.
+A :class:`ModelVersion` is a version that takes requests: its configuration, scheduler (a ``Scheduler``: a
+dynamic batcher in front of its backend's instances, the sequence batcher, or an ensemble's step runner),
+statistics and tensor contract.
 :func:`build_version` creates its instances, starts its scheduler and runs its warmup before anyone sees it;
 :func:`close_versions` drains versions (what they hold runs first) and closes them.
 
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from ..backends import ModelConfig, ModelLoadError, get_backend
 from ..repository import ModelSource, is_ensemble
 from ..scheduler import (
+    DynamicScheduler,
     ModelStats,
     Scheduler,
     SchedulerConfig,
@@ -31,7 +33,7 @@ from ..scheduler import (
     load_initial_states,
 )
 from ._cache import ResponseCache, warn_if_uncached
-from ._ensemble import ComposingModels, EnsembleScheduler, create_ensemble_scheduler
+from ._ensemble import ComposingModels, create_ensemble_scheduler
 from ._spec import TensorSpec, tensor_specs
 from ._warmup import warm_up
 
@@ -59,7 +61,7 @@ class ModelVersion:
     name: str
     version: int
     config: ModelConfig
-    scheduler: Scheduler | SequenceScheduler | EnsembleScheduler
+    scheduler: Scheduler
     """An ensemble's scheduler runs its steps; a model with ``sequence_batching`` has the sequence batcher; every
     other model's is a (dynamic) batcher in front of its instances."""
     stats: ModelStats
@@ -108,11 +110,12 @@ async def build_version(
     sequence = _sequence_settings(source)
     instances = await asyncio.to_thread(backend.create_instances, source.config, source.artifact(version), version)
     try:
-        scheduler: Scheduler | SequenceScheduler
+        scheduler: Scheduler
         if sequence is not None:
             scheduler = SequenceScheduler(sequence, instances, stats, model_label=name)
         else:
-            scheduler = Scheduler(SchedulerConfig.from_model_config(source.config), instances, stats, model_label=name)
+            config = SchedulerConfig.from_model_config(source.config)
+            scheduler = DynamicScheduler(config, instances, stats, model_label=name)
         scheduler.start()
     except BaseException:
         for inst in instances:

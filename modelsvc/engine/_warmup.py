@@ -26,14 +26,14 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 from tritonclient.grpc import model_config_pb2
 
 from ..backends import ModelConfig, ModelLoadError
 from ..protocol import CONFIG_TO_WIRE, ModelsvcError, deserialize_bytes_tensor, numpy_dtype
-from ..scheduler import ModelStats
+from ..scheduler import Scheduler, WorkItem
 from ._spec import TensorSpec
 
 Arrays = dict[str, np.ndarray[Any, Any]]
@@ -43,14 +43,6 @@ WARMUP_FOLDER = "warmup"
 """Where ``input_data_file`` names are looked up, inside the model directory."""
 
 _RANDOM_INT_HIGH = 64
-
-
-class WarmupTarget(Protocol):
-    """What a warmup run goes through: the version's scheduler, and the statistics it records into."""
-
-    stats: ModelStats
-
-    async def infer(self, inputs: Arrays, outputs: list[str]) -> Arrays: ...
 
 
 def build_samples(config: ModelConfig, model_dir: Path, inputs: dict[str, TensorSpec]) -> list[tuple[str, Arrays, int]]:
@@ -159,7 +151,7 @@ async def warm_up(
     label: str,
     config: ModelConfig,
     model_dir: Path,
-    target: WarmupTarget,
+    target: Scheduler,
     inputs: dict[str, TensorSpec],
     outputs: list[str],
     instances: int,
@@ -180,7 +172,7 @@ async def warm_up(
         for _ in range(count * max(instances, 1)):
             began = time.perf_counter_ns()
             try:
-                await target.infer(arrays, outputs)
+                await target.enqueue(WorkItem(arrays, outputs))
             except ModelsvcError as exc:
                 raise ModelLoadError(f"{name} failed: {exc.message}") from exc
             target.stats.success.add(time.perf_counter_ns() - began)  # the scheduler counted the rest

@@ -1,5 +1,10 @@
 """Request queues and batch formation in front of model instances.
 
+One job per request (``WorkItem``, ``_job.py``) goes from the data plane to the instance: the data plane builds
+it and hands it to the model version's ``Scheduler`` (a Protocol with one entry point, ``enqueue(job)``, as
+Triton's ``Scheduler::Enqueue``), implemented by ``DynamicScheduler`` (``_scheduler.py``: the queue, a planner, the
+instance threads), ``SequenceScheduler`` (``sequence/``) and the engine's ensemble scheduler.
+
 Forming batches is the extension point. A planner (``Planner``, ``_planner.py``) gets a snapshot of the queue
 in dispatch order (priority level 1 first, each level's delayed requests after it, arrival order within each;
 each request shows ``batch_size``, ``shape_key``, ``enqueued_ns``, ``level`` and ``length``, its length along
@@ -37,11 +42,11 @@ slots in ``_sequence_slots.py``), chosen in
 
 from ._config import PLANNERS, QueuePolicy, SchedulerConfig, TimeoutAction, planner_for
 from ._dynamic import BatchPolicy, plan_batch
+from ._job import Scheduler, WorkItem
 from ._padded import PaddedPolicy
 from ._padding import PadInput, PadSpec
 from ._planner import Plan, Planner, Queued
-from ._queue import WorkItem
-from ._scheduler import Scheduler
+from ._scheduler import DynamicScheduler
 from ._stats import BATCH_FILL_BUCKETS, BatchStat, Duration, FillHistogram, ModelStats
 from ._tracing import TracedBatch, TracedRequest
 from .sequence._sequence import SequenceScheduler
@@ -53,6 +58,7 @@ __all__ = [
     "BatchPolicy",
     "BatchStat",
     "Duration",
+    "DynamicScheduler",
     "FillHistogram",
     "ModelStats",
     "PadInput",

@@ -5,7 +5,9 @@ rejected (or delayed) at its deadline, not when the scheduler next looks. A requ
 leaves the queue at once and never runs. Whenever the head of the queue may have changed, the queue calls the
 scheduler back (``changed``) so that it plans again. With padding-aware batching each request's length along
 the padded axis is read when it arrives (``WorkItem.length``; a request the padding refuses is a 400 and never
-queues), and its shape key leaves that axis out. ``take`` removes any positions of the dispatch order.
+queues), and its shape key leaves that axis out. ``take`` removes any positions of the dispatch order. The queue
+holds the jobs themselves (``WorkItem``, built by the data plane) and fills in what it learns of each: its rows,
+shape key, level, arrival time, future and timer.
 """
 
 from __future__ import annotations
@@ -14,36 +16,11 @@ import asyncio
 import itertools
 from collections import deque
 from collections.abc import Callable, Hashable, Iterator, Sequence
-from dataclasses import dataclass, field
 from time import perf_counter_ns
 
-from ..protocol import InferRequest, Unavailable
+from ..protocol import Unavailable
 from ._config import SchedulerConfig, TimeoutAction
-from ._instances import Arrays
-from ._tracing import TracedRequest
-
-
-@dataclass(eq=False, slots=True)
-class WorkItem:
-    """One request waiting for (or in) a batch. Carries its own future."""
-
-    inputs: Arrays
-    outputs: tuple[str, ...]
-    batch_size: int
-    shape_key: Hashable
-    enqueued_ns: int
-    future: asyncio.Future[Arrays]
-    level: int
-    queue: deque[WorkItem] | None = None
-    timer: asyncio.TimerHandle | None = None
-    #: called on the event loop when the batch holding this request starts (tracing hooks)
-    on_start: Callable[[int], None] | None = field(default=None)
-    #: the request's trace when it is traced (None: not traced)
-    trace: TracedRequest | None = None
-    #: the data plane's request, handed to instances that take requests one by one
-    request: InferRequest | None = None
-    #: its length along the padded axis (``pad_inputs``); 0 for a model without padding
-    length: int = 0
+from ._job import WorkItem
 
 
 class RequestQueue:
@@ -63,30 +40,22 @@ class RequestQueue:
         """Futures and timers of the requests to come belong to ``loop``."""
         self._loop = loop
 
-    def add(
-        self,
-        inputs: Arrays,
-        outputs: Sequence[str],
-        priority: int,
-        timeout_us: int | None,
-        on_start: Callable[[int], None] | None,
-        trace: TracedRequest | None = None,
-        request: InferRequest | None = None,
-    ) -> WorkItem:
-        """Queue a request at its priority level, with its timeout armed (the caller plans after)."""
+    def add(self, job: WorkItem) -> None:
+        """Queue a job at its priority level, with its timeout armed (the caller plans after)."""
         loop = self._loop
-        assert loop is not None, "Scheduler.start() was not called"
+        assert loop is not None, "DynamicScheduler.start() was not called"
         cfg = self.config
+        priority = job.priority
         level = priority if 1 <= priority <= cfg.priority_levels else cfg.default_priority
         policy = cfg.policies[level - 1]
         queue = self.levels[level - 1]
-        length = 0
+        inputs = job.inputs
         if cfg.padding is not None:
-            length = cfg.padding.length_of(inputs)  # a request the padding refuses is a 400, never queued
+            job.length = cfg.padding.length_of(inputs)  # a request the padding refuses is a 400, never queued
         if policy.max_queue_size and len(queue) + len(self.delayed[level - 1]) >= policy.max_queue_size:
             raise Unavailable(f"Exceeds maximum queue size of {policy.max_queue_size} for model '{self._label}'")
-        shape_key: Hashable = None
         if cfg.batching:
+            shape_key: Hashable = None
             if cfg.padding is not None:
                 batch_size = next(iter(inputs.values())).shape[0]
                 shape_key = cfg.padding.shape_key(inputs)
@@ -99,29 +68,19 @@ class RequestQueue:
                 batch_size = next(iter(inputs.values())).shape[0]
                 if cfg.dynamic:
                     shape_key = tuple([(n, a.shape[1:]) for n, a in inputs.items()])
-        else:
-            batch_size = 1
-        item = WorkItem(
-            inputs=inputs,
-            outputs=tuple(outputs),
-            batch_size=batch_size,
-            shape_key=shape_key,
-            enqueued_ns=perf_counter_ns(),
-            future=loop.create_future(),
-            level=level,
-            queue=queue,
-            on_start=on_start,
-            trace=trace,
-            request=request,
-            length=length,
-        )
+            job.batch_size = batch_size
+            job.shape_key = shape_key
+        job.enqueued_ns = enqueued_ns = perf_counter_ns()
+        job.future = loop.create_future()
+        job.level = level
+        job.queue = queue
+        timeout_us = job.timeout_us
         timeout_ns = policy.default_timeout_ns if timeout_us is None else policy.timeout_ns(timeout_us)
         if timeout_ns:
-            deadline_ns = item.enqueued_ns + timeout_ns
-            item.timer = loop.call_later(timeout_ns / 1e9, self._expire, item, policy.timeout_action, deadline_ns)
-        queue.append(item)
+            deadline_ns = enqueued_ns + timeout_ns
+            job.timer = loop.call_later(timeout_ns / 1e9, self._expire, job, policy.timeout_action, deadline_ns)
+        queue.append(job)
         self.count += 1
-        return item
 
     def withdraw(self, item: WorkItem) -> None:
         """The caller went away: drop the request if it has not started."""

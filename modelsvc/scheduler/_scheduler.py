@@ -1,8 +1,10 @@
 """The batch loop in front of a model version's instances, with Triton's dynamic batcher semantics.
 
-Whenever something changes (an arrival, a finished batch, an expired batch delay, a withdrawn request) the
-scheduler asks its planner (``SchedulerConfig.batch``) what to send from the queue (``_queue``) and hands
-batches to free instances in the same loop iteration. Each instance runs its batches on its own thread
+``DynamicScheduler`` is the ``Scheduler`` (``_job``) of every model without ``sequence_batching``: its
+``enqueue(job)`` queues the data plane's job (``WorkItem``) and answers with the job's outputs. Whenever
+something changes (an arrival, a finished batch, an expired batch delay, a withdrawn request) the scheduler asks
+its planner (``SchedulerConfig.batch``) what to send from the queue (``_queue``) and hands batches to free
+instances in the same loop iteration. Each instance runs its batches on its own thread
 (``_instances``; ONNX Runtime releases the GIL, so instances run in parallel), and the results come back to
 the loop, in dispatch order when the model asks to preserve ordering.
 
@@ -23,11 +25,12 @@ from collections.abc import Callable, Sequence
 from time import perf_counter_ns
 
 from ..backends import BatchRequest, ModelInstance
-from ..protocol import InferRequest, InternalError, ModelsvcError, Unavailable
+from ..protocol import InternalError, ModelsvcError, Unavailable
 from ._config import SchedulerConfig
 from ._instances import Arrays, BatchResult, InstanceThread, Padding
+from ._job import WorkItem
 from ._planner import Plan
-from ._queue import RequestQueue, WorkItem
+from ._queue import RequestQueue
 from ._stats import ModelStats
 from ._timer import DeadlineTimer
 from ._tracing import TracedBatch, TracedRequest
@@ -41,8 +44,8 @@ _MAX_LEAD_NS = 60_000
 """The most the lead grows to on a machine too busy to wake in time: a queue delay of 100 us still waits 40."""
 
 
-class Scheduler:
-    """Queues requests for one model version and runs them on its instances.
+class DynamicScheduler:
+    """Queues requests for one model version and runs them on its instances (a ``Scheduler``).
 
     Event driven: an arrival, a finished batch, an expired batch delay or a withdrawn request calls
     ``_pump``, which hands batches to free instances at once, in the same loop iteration. No task sits
@@ -107,28 +110,20 @@ class Scheduler:
             self._threads.append(worker)
             self._free.append(worker)
 
-    async def infer(
-        self,
-        inputs: Arrays,
-        outputs: Sequence[str],
-        *,
-        priority: int = 0,
-        timeout_us: int | None = None,
-        on_start: Callable[[int], None] | None = None,
-        trace: TracedRequest | None = None,
-        request: InferRequest | None = None,
-    ) -> Arrays:
-        """Queue a request and wait for its outputs (all the model's outputs in ``outputs``).
+    async def enqueue(self, job: WorkItem) -> Arrays:
+        """Queue a job and wait for its outputs (all the model's outputs in ``job.outputs``).
 
-        ``trace``: the request's trace, told when its batch starts and ends. ``request``: the data plane's
-        request, which instances that take requests one by one see (its id and parameters).
+        ``job.trace`` is told when its batch starts and ends; instances that take requests one by one see
+        ``job.request`` (its id and parameters).
         """
-        item = self._enqueue(inputs, outputs, priority, timeout_us, on_start, trace, request)
+        if self._closing:
+            raise Unavailable(f"model '{self._label}' is shutting down")
+        self._queue.add(job)
         self._pump()
         try:
-            return await item.future
+            return await job.future
         except asyncio.CancelledError:
-            self._queue.withdraw(item)
+            self._queue.withdraw(job)
             raise
 
     async def close(self) -> None:
@@ -159,21 +154,7 @@ class Scheduler:
         for inst in self._instances:  # off the loop: a python model's finalize() may take its time
             await asyncio.to_thread(inst.close)
 
-    # -- queueing -------------------------------------------------------------------------------
-    def _enqueue(
-        self,
-        inputs: Arrays,
-        outputs: Sequence[str],
-        priority: int,
-        timeout_us: int | None,
-        on_start: Callable[[int], None] | None,
-        trace: TracedRequest | None = None,
-        request: InferRequest | None = None,
-    ) -> WorkItem:
-        if self._closing:
-            raise Unavailable(f"model '{self._label}' is shutting down")
-        return self._queue.add(inputs, outputs, priority, timeout_us, on_start, trace, request)
-
+    # -- planning -------------------------------------------------------------------------------
     def _plan(self) -> Plan:
         if not self._queue.count:
             return Plan(0, None)
@@ -246,7 +227,7 @@ class Scheduler:
                 self._trace_finished(batch_trace, result, exc)
 
         if worker.per_request is not None:
-            worker.submit([BatchRequest(i.inputs, i.outputs, i.request) for i in items], None, done, padding)
+            worker.submit([BatchRequest(i.inputs, tuple(i.outputs), i.request) for i in items], None, done, padding)
         else:
             names = tuple(dict.fromkeys(itertools.chain.from_iterable(i.outputs for i in items)))
             worker.submit([i.inputs for i in items], names, done, padding)

@@ -18,7 +18,7 @@ class TracedBatch(Protocol):
 
 
 class TracedRequest(Protocol):
-    """What a traced request carries into the queue (``Scheduler.infer(trace=...)``); untraced ones carry None."""
+    """What a traced request carries into the queue (``WorkItem.trace``); untraced ones carry None."""
 
     def batch_started(self, batch: Sequence[Any], rows: int, padded_length: int | None = None) -> TracedBatch:
         """On the loop, called on the first traced request of a batch that starts, with all its traced

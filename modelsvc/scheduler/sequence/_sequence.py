@@ -33,13 +33,14 @@ import heapq
 import itertools
 import logging
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from time import perf_counter_ns
 from typing import Any
 
 from ...backends import BatchRequest, ModelInstance
-from ...protocol import InferRequest, InternalError, InvalidArgument, ModelsvcError, Unavailable
+from ...protocol import InternalError, InvalidArgument, ModelsvcError, Unavailable
 from .._instances import Arrays, BatchResult, InstanceThread
+from .._job import WorkItem
 from .._stats import ModelStats
 from .._tracing import TracedRequest
 from ._sequence_config import SequenceSettings
@@ -65,7 +66,7 @@ def _live_key(corrid: CorrId) -> tuple[bool, CorrId]:
 
 
 class SequenceScheduler:
-    """The sequence batcher of one model version (same interface as ``Scheduler``)."""
+    """The sequence batcher of one model version (a ``Scheduler``)."""
 
     def __init__(
         self,
@@ -118,25 +119,15 @@ class SequenceScheduler:
         self._free = [(slot, lane.index) for slot in range(self.settings.slots) for lane in self._lanes]
         heapq.heapify(self._free)
 
-    async def infer(
-        self,
-        inputs: Arrays,
-        outputs: Sequence[str],
-        *,
-        priority: int = 0,
-        timeout_us: int | None = None,
-        on_start: Callable[[int], None] | None = None,
-        trace: TracedRequest | None = None,
-        request: InferRequest | None = None,
-    ) -> Arrays:
-        """Queue a request of a sequence and wait for its outputs. ``request`` None (a warmup sample): a
-        sequence of its own, started and ended by this request. ``priority`` and ``timeout_us`` are part of the
-        schedulers' interface but unused here: requests run in their sequence's order, and a request waits in
-        the backlog until a slot frees (Triton's backlog timeouts are not implemented)."""
-        step = self._enqueue(inputs, outputs, on_start, trace, request)
+    async def enqueue(self, job: WorkItem) -> Arrays:
+        """Queue a request of a sequence and wait for its outputs. ``job.request`` None (a warmup sample): a
+        sequence of its own, started and ended by this request. ``job.priority`` and ``job.timeout_us`` are unused
+        here: requests run in their sequence's order, and a request waits in the backlog until a slot frees
+        (Triton's backlog timeouts are not implemented)."""
+        step = self._enqueue(job)
         self._pump()
         try:
-            return await step.future
+            return await job.future
         except asyncio.CancelledError:
             self._withdraw(step)
             raise
@@ -167,19 +158,13 @@ class SequenceScheduler:
             await asyncio.to_thread(inst.close)
 
     # -- queueing -------------------------------------------------------------------------------
-    def _enqueue(
-        self,
-        inputs: Arrays,
-        outputs: Sequence[str],
-        on_start: Callable[[int], None] | None,
-        trace: TracedRequest | None,
-        request: InferRequest | None,
-    ) -> _Step:
+    def _enqueue(self, job: WorkItem) -> _Step:
         if self._closing:
             raise Unavailable(f"model '{self._label}' is shutting down")
         loop = self._loop
         assert loop is not None, "SequenceScheduler.start() was not called"
         name = self.stats.name
+        inputs, request = job.inputs, job.request
         if request is None:
             corrid: CorrId = f"modelsvc-warmup-{next(self._oneshot)}"
             start = end = True
@@ -212,9 +197,10 @@ class SequenceScheduler:
                 corrid,
                 name,
             )
-        step = _Step(
-            inputs, tuple(outputs), request, loop.create_future(), start, end, now, shape_key(inputs), on_start, trace
-        )
+        job.future = loop.create_future()
+        job.enqueued_ns = now
+        job.shape_key = shape_key(inputs)
+        step = _Step(job, start, end)
         seq.steps.append(step)
         seq.last_ns = now
         if end:
@@ -336,9 +322,9 @@ class SequenceScheduler:
         cfg = self.settings
         now = perf_counter_ns()
         if cfg.strategy == "oldest":
-            ready.sort(key=lambda r: r[1].steps[0].enqueued_ns)
-        key = ready[0][1].steps[0].key
-        chosen = [r for r in ready if r[1].steps[0].key == key]
+            ready.sort(key=lambda r: r[1].steps[0].job.enqueued_ns)
+        key = ready[0][1].steps[0].job.shape_key
+        chosen = [r for r in ready if r[1].steps[0].job.shape_key == key]
         limit = max(1, cfg.max_batch_size)
         if cfg.strategy == "oldest":
             chosen = chosen[:limit]
@@ -362,7 +348,7 @@ class SequenceScheduler:
         delay = cfg.max_queue_delay_ns
         if delay <= 0:
             return 0
-        oldest = min(s.steps[0].enqueued_ns for _, s in chosen)
+        oldest = min(s.steps[0].job.enqueued_ns for _, s in chosen)
         left = oldest + delay - now
         if left <= 0:
             return 0
@@ -389,7 +375,7 @@ class SequenceScheduler:
             seq.running = True
             if step.start:
                 seq.state = None  # row_inputs feeds the initial state
-            rows.append(row_inputs(cfg, step.inputs, seq.state, start=step.start, end=step.end, corrid=seq.value))
+            rows.append(row_inputs(cfg, step.job.inputs, seq.state, start=step.start, end=step.end, corrid=seq.value))
             taken.append((seq, step))
         per_request = lane.worker.per_request is not None
         order: list[int | None] = list(range(len(rows)))  # batch row -> index into taken (None: an empty row)
@@ -413,29 +399,30 @@ class SequenceScheduler:
                     logger.exception("tracing a batch of %s failed", self._label)
 
         if per_request:
-            steps = [None if i is None else taken[i][1] for i in order]
-            first = tuple(dict.fromkeys(taken[0][1].outputs + wanted))
+            jobs = [None if i is None else taken[i][1].job for i in order]
+            first = tuple(dict.fromkeys(itertools.chain(taken[0][1].job.outputs, wanted)))
             batch = [  # an empty row is a request of its own (READY false), as Triton hands python models
                 BatchRequest(row, first, None)
-                if step is None
-                else BatchRequest(row, tuple(dict.fromkeys(step.outputs + wanted)), step.request)
-                for row, step in zip(rows, steps, strict=True)
+                if job is None
+                else BatchRequest(row, tuple(dict.fromkeys(itertools.chain(job.outputs, wanted))), job.request)
+                for row, job in zip(rows, jobs, strict=True)
             ]
             lane.worker.submit(batch, None, done)
         else:
-            names = tuple(dict.fromkeys(itertools.chain(*(step.outputs for _, step in taken), wanted)))
+            names = tuple(dict.fromkeys(itertools.chain(*(step.job.outputs for _, step in taken), wanted)))
             lane.worker.submit(rows, names, done)
 
     def _started(self, taken: list[tuple[_Sequence, _Step]], rows: int) -> Any:
         traced: list[TracedRequest] = []
         for _, step in taken:
-            if step.on_start is not None:
+            job = step.job
+            if job.on_start is not None:
                 try:
-                    step.on_start(rows)
+                    job.on_start(rows)
                 except Exception:
                     logger.exception("on_start hook of a request to %s failed", self._label)
-            if step.trace is not None:
-                traced.append(step.trace)
+            if job.trace is not None:
+                traced.append(job.trace)
         if not traced:
             return None
         try:
@@ -466,7 +453,7 @@ class SequenceScheduler:
                 if index is not None:
                     answers[index] = parts[row]
             self.stats.record_execution(executed, in_ns, infer_ns, out_ns, inferences=len(taken))
-            waited = start_ns * len(taken) - sum(step.enqueued_ns for _, step in taken)
+            waited = start_ns * len(taken) - sum(step.job.enqueued_ns for _, step in taken)
             self.stats.record_requests(len(taken), waited, in_ns, infer_ns, out_ns)
         done_ns = perf_counter_ns()
         for (seq, step), answer in zip(taken, answers, strict=True):
@@ -475,15 +462,16 @@ class SequenceScheduler:
             if not isinstance(answer, BaseException):
                 try:
                     seq.state = take_state(self.settings, answer, self.stats.name)
-                    answer = {name: answer[name] for name in step.outputs if name in answer}
+                    answer = {name: answer[name] for name in step.job.outputs if name in answer}
                 except ModelsvcError as err:
                     logger.error("%s", err)
                     answer = err
-            if not step.future.done():
+            future = step.job.future
+            if not future.done():
                 if isinstance(answer, BaseException):
-                    step.future.set_exception(self._error(answer))
+                    future.set_exception(self._error(answer))
                 else:
-                    step.future.set_result(answer)
+                    future.set_result(answer)
             self._release_if_over(seq)
         self._pump()
 

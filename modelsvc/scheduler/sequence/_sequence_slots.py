@@ -1,34 +1,27 @@
-"""The sequence batcher's bookkeeping: a request of a sequence (``Step``), a sequence (``SequenceEntry``: its
-queued requests, its slot, its implicit state, its idle timer) and an instance with its slots (``Lane``)."""
+"""The sequence batcher's bookkeeping: a request of a sequence (``Step``: the job and its flags), a sequence
+(``SequenceEntry``: its queued requests, its slot, its implicit state, its idle timer) and an instance with its
+slots (``Lane``)."""
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...protocol import InferRequest
 from .._instances import Arrays, InstanceThread
-from .._tracing import TracedRequest
+from .._job import WorkItem
 from ._sequence_rows import CorrId
 
 
 @dataclass(eq=False, slots=True)
 class Step:
-    """One request of a sequence."""
+    """One request of a sequence: the data plane's job (its future, arrival time and shape key filled in) and
+    whether it starts or ends its sequence."""
 
-    inputs: Arrays
-    outputs: tuple[str, ...]
-    request: InferRequest | None
-    future: asyncio.Future[Arrays]
+    job: WorkItem
     start: bool
     end: bool
-    enqueued_ns: int
-    key: Hashable
-    on_start: Callable[[int], None] | None = None
-    trace: TracedRequest | None = None
 
 
 @dataclass(eq=False, slots=True)
