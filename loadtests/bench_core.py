@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from loadtests import _perf, _servers
-from loadtests._perf import Input, LoadResult
+from loadtests.harness import _perf, _servers
+from loadtests.harness._perf import Input, LoadResult
 
 # The transformer-like model: ~1-1.5 ms for one batch-1 x 128-token call on a 2-core EPYC.
 TOK_HIDDEN = 256

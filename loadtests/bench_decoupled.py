@@ -31,7 +31,7 @@ import grpc
 import numpy as np
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from . import _servers
+from loadtests.harness import _servers
 
 CONFIG = """name: "tokens"
 backend: "python"

@@ -27,7 +27,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from loadtests._servers import ROOT, logicd_server, modelsvc_server
+from loadtests.harness._servers import ROOT, logicd_server, modelsvc_server
 from modelsvc.client import AsyncClient
 
 STREAM_REPO = ROOT / "tests" / "data" / "edge_stream"

@@ -26,8 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import _perf, _servers
-from ._grid_models import CONFIG, ENGINES
+from loadtests.grid._models import CONFIG, ENGINES
+from loadtests.harness import _perf, _servers
 
 MODELS = ("identity_py", "identity_onnx", "large_onnx")
 DEFAULT_MODELS = ("identity_py", "identity_onnx")

@@ -37,7 +37,7 @@ import numpy as np
 from onnx import TensorProto, helper
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from . import _servers
+from loadtests.harness import _servers
 
 BACKENDS = ("onnx", "python")
 STRATEGIES = ("direct", "oldest")

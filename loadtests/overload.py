@@ -5,7 +5,7 @@
     python -m loadtests.overload --capacity 4.2 --deadline-s 1.0          # each request sends Request-Timeout: 1.0
     python -m loadtests.overload --url http://127.0.0.1:8080 --model-pid 123 --logic-pid 124   # a running pair
 
-Open-loop load (loadtests/_openloop.py: one ~1,500-word document per request, Poisson arrivals), the phases back
+Open-loop load (loadtests/harness/_openloop.py: one ~1,500-word document per request, Poisson arrivals), the phases back
 to back, so the recovery phase starts with whatever the overload left behind. Requests count in the phase in which
 they were due. Per phase: sent, what became of them (2xx, 503, 429, 504, other status, transport error, lost =
 no answer within --lost-s), p50 and p99 of the 2xx latencies, p99 of the 503s' latency (from the time due, and
@@ -21,7 +21,7 @@ import argparse
 import sys
 from typing import Any
 
-from loadtests._openloop import (
+from loadtests.harness._openloop import (
     KINDS,
     OpenLoop,
     Record,
@@ -37,7 +37,13 @@ from loadtests._openloop import (
     run_open_loop,
     write_json,
 )
-from loadtests._pair_procs import add_pair_arguments, check_pair_arguments, own_cpu_seconds, pair_from, proc_stats
+from loadtests.harness._pair_procs import (
+    add_pair_arguments,
+    check_pair_arguments,
+    own_cpu_seconds,
+    pair_from,
+    proc_stats,
+)
 
 PHASES = (("70%", 0.7), ("300%", 3.0), ("70% again", 0.7))
 HEADER = [

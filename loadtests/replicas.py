@@ -23,7 +23,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from loadtests._servers import die_with_parent, free_port
+from loadtests.harness._servers import die_with_parent, free_port
 from modelsvc.client import AsyncClient
 
 MODEL = """

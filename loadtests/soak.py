@@ -4,8 +4,8 @@
     python -m loadtests.soak --minutes 10 --load 0.7 --capacity 4.2 --interval-s 60 --json soak.json
     python -m loadtests.soak --url http://127.0.0.1:8080 --model-pid 123 --logic-pid 124   # a running pair
 
-Open-loop load (loadtests/_openloop.py: one ~1,500-word document per request, Poisson arrivals); every interval a
-row for both halves: 2xx req/s, ok, errors, p50 and p99 of the requests answered in the interval, RSS, open
+Open-loop load (loadtests/harness/_openloop.py: one ~1,500-word document per request, Poisson arrivals); every
+interval a row for both halves: 2xx req/s, ok, errors, p50 and p99 of the requests answered in the interval, RSS, open
 descriptors and threads of each half (the process and its children, from /proc), and the load generator's own
 CPU. Verdicts, comparing the end with the end of the first interval: RSS grew less than 5% (each half), no more
 descriptors, no more threads, no error. Exit status 1 when a verdict fails.
@@ -19,7 +19,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from loadtests._openloop import (
+from loadtests.harness._openloop import (
     OpenLoop,
     Record,
     add_load_arguments,
@@ -32,7 +32,7 @@ from loadtests._openloop import (
     request_bodies,
     write_json,
 )
-from loadtests._pair_procs import (
+from loadtests.harness._pair_procs import (
     Pair,
     ProcStats,
     add_pair_arguments,
@@ -41,7 +41,7 @@ from loadtests._pair_procs import (
     own_sockets,
     pair_from,
 )
-from loadtests._pair_procs import proc_stats as stats_of
+from loadtests.harness._pair_procs import proc_stats as stats_of
 
 RSS_GROWTH_MAX = 0.05
 

@@ -30,7 +30,8 @@ from typing import Any
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from loadtests import _servers, loadgen
+from loadtests import loadgen
+from loadtests.harness import _servers
 
 
 @dataclass(frozen=True)

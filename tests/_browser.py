@@ -28,7 +28,7 @@ import httpx
 import pytest
 from websockets.sync.client import ClientConnection, connect
 
-from loadtests._servers import die_with_parent
+from loadtests.harness._servers import die_with_parent
 
 CHROMIUM_ENV = "CHROMIUM"
 """Names the Chromium (or Chrome) binary to use instead of the one on PATH."""

@@ -12,7 +12,7 @@ from pathlib import Path
 import uvicorn
 from tokenizers.implementations import BertWordPieceTokenizer
 
-from loadtests._servers import free_port
+from loadtests.harness._servers import free_port
 from logicd import Service, create_app, load_config
 
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"]

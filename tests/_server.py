@@ -15,7 +15,7 @@ from typing import Any, Self, TypeVar
 
 import httpx
 
-from loadtests._servers import die_with_parent, free_port
+from loadtests.harness._servers import die_with_parent, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 T = TypeVar("T")

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtests._servers import marker_of
+from loadtests.harness._servers import marker_of
 
 INTEROP_ENV = "MODELSVC_INTEROP"
 """Set to 1 (CI does) to fail instead of skipping when the package registry cannot be reached."""

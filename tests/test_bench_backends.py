@@ -1,4 +1,4 @@
-"""loadtests/bench_backends.py: choosing variants and parts, a variant whose extra is missing (a row, not a
+"""loadtests/backends/bench.py: choosing variants and parts, a variant whose extra is missing (a row, not a
 failure), the tables and the verdict against the 3x target, and a quick run of the baseline against real
 processes (its worker, modelsvc, logicd)."""
 
@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 
-from loadtests import _backends_variants, bench_backends
-from loadtests._backends_variants import Unavailable, Variant
-from loadtests._suite import Stats
+from loadtests.backends import _variants as _backends_variants
+from loadtests.backends import bench as bench_backends
+from loadtests.backends._variants import Unavailable, Variant
+from loadtests.suite._rows import Stats
 from tests._server import ROOT
 
 
@@ -88,7 +89,7 @@ def test_quick_run_of_the_baseline_gives_every_figure(tmp_path: Path) -> None:
     is measured beside it, as the benchmark always measures the default."""
     out = tmp_path / "bench.json"
     run = subprocess.run(
-        [sys.executable, "-m", "loadtests.bench_backends", "--quick", "--only", "onnxruntime-fp32", "--json", str(out)],
+        [sys.executable, "-m", "loadtests.backends", "--quick", "--only", "onnxruntime-fp32", "--json", str(out)],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -97,7 +98,7 @@ def test_quick_run_of_the_baseline_gives_every_figure(tmp_path: Path) -> None:
     assert run.returncode == 0, run.stdout + run.stderr
     assert "| variant | where | 1x128 |" in run.stdout
     payload = json.loads(out.read_text())
-    assert payload["command"].startswith("python -m loadtests.bench_backends --quick")
+    assert payload["command"].startswith("python -m loadtests.backends --quick")
     results = {r["variant"]: r for r in payload["results"]}
     assert set(results) in ({"onnxruntime-fp32"}, {"onnxruntime-fp32", bench_backends.default_variant()}), results
     result = results["onnxruntime-fp32"]

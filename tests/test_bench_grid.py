@@ -1,4 +1,4 @@
-"""loadtests/bench_grid.py (issue 16's grid against Triton): the plan, the tables, the queue-delay rule and the
+"""loadtests/grid/bench.py (issue 16's grid against Triton): the plan, the tables, the queue-delay rule and the
 ratios on made-up points, and one ``--quick`` run against real servers that checks the table's shape and that
 its numbers are positive (not their values: the machine is shared)."""
 
@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from loadtests import bench_grid
-from loadtests._grid_measure import Point
-from loadtests._grid_models import LARGE_DIM, Config
-from loadtests._grid_report import Cell, grid_summary, grid_table, grpc_http_table, large_table, queue_verdict
+from loadtests.grid import bench as bench_grid
+from loadtests.grid._measure import Point
+from loadtests.grid._models import LARGE_DIM, Config
+from loadtests.grid._report import Cell, grid_summary, grid_table, grpc_http_table, large_table, queue_verdict
 from tests._server import ROOT
 
 VARIANTS = ["modelsvc-python", "modelsvc-onnx", "triton-python"]
@@ -130,7 +130,7 @@ def test_without_triton_its_columns_say_not_installed() -> None:
 @pytest.mark.timeout(120)
 def test_quick_run_writes_a_table_json_and_plot_with_positive_numbers(tmp_path: Path) -> None:
     run = subprocess.run(
-        [sys.executable, "-m", "loadtests.bench_grid", "--quick", "--out", str(tmp_path)],
+        [sys.executable, "-m", "loadtests.grid", "--quick", "--out", str(tmp_path)],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -139,7 +139,7 @@ def test_quick_run_writes_a_table_json_and_plot_with_positive_numbers(tmp_path: 
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
     assert "load generator: " in run.stdout
     doc = json.loads((tmp_path / "bench_grid.json").read_text())
-    assert doc["command"].startswith("python -m loadtests.bench_grid --quick")
+    assert doc["command"].startswith("python -m loadtests.grid --quick")
     variants = doc["variants"]
     assert variants[:2] == ["modelsvc-python", "modelsvc-onnx"]
     [grid] = [c for c in doc["cells"] if "grid" in c["parts"]]

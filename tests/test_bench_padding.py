@@ -1,4 +1,4 @@
-"""loadtests/bench_padding.py: the quick run on the python model that behaves like an accelerator (a real modelsvc,
+"""loadtests/padding/bench.py: the quick run on the python model that behaves like an accelerator (a real modelsvc,
 16 clients, the three ways), the pieces it stands on (lengths, the config rewrites, answer decoding and the
 token metrics), and the table."""
 
@@ -13,7 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from loadtests import _padding_load, _padding_models, bench_padding
+from loadtests.padding import _load as _padding_load
+from loadtests.padding import _models as _padding_models
+from loadtests.padding import bench as bench_padding
 from tests._server import ROOT
 
 
@@ -83,7 +85,7 @@ def test_quick_run_on_the_accelerator_model_checks_every_answer(tmp_path: Path) 
     # 1.5 s windows, not quick's 3: still hundreds of checked answers per way on two loaded cores
     argv = ["--quick", "--only", "accel", "--seconds", "1.5", "--output", str(out)]
     run = subprocess.run(
-        [sys.executable, "-m", "loadtests.bench_padding", *argv],
+        [sys.executable, "-m", "loadtests.padding", *argv],
         capture_output=True,
         text=True,
         cwd=ROOT,

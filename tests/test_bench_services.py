@@ -1,4 +1,4 @@
-"""loadtests/bench_services: the table on made-up numbers, and one quick run against real servers with the current
+"""loadtests/services: the table on made-up numbers, and one quick run against real servers with the current
 checkout as its own base (--base-dir, so no git worktree is made)."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from loadtests import _services_checkouts as checkouts
-from loadtests._services_load import emb_load
-from loadtests._suite import Stats
-from loadtests.bench_services import format_table, rows_of
+from loadtests.services import _checkouts as checkouts
+from loadtests.services._load import emb_load
+from loadtests.services.bench import format_table, rows_of
+from loadtests.suite._rows import Stats
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -49,7 +49,7 @@ def test_given_base_must_be_a_checkout(tmp_path: Path) -> None:
 )
 def test_quick_run_against_itself(tmp_path: Path) -> None:
     out = tmp_path / "services.json"
-    argv = [sys.executable, "-m", "loadtests.bench_services", "--quick", "--rounds", "1", "--seconds", "2",
+    argv = [sys.executable, "-m", "loadtests.services", "--quick", "--rounds", "1", "--seconds", "2",
             "--base-dir", str(ROOT), "--json", str(out)]  # fmt: skip
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -66,4 +66,4 @@ def test_quick_run_against_itself(tmp_path: Path) -> None:
         assert min(row["base"], row["current"], row["ratio"]) > 0, row
         assert len(row["rounds"]) == 1, row
     assert report["table"] in done.stdout
-    assert report["command"].startswith("python -m loadtests.bench_services --quick")
+    assert report["command"].startswith("python -m loadtests.services --quick")

@@ -1,4 +1,4 @@
-"""loadtests/bench_suite.py: the table of ratios, a peer that is not installed, and a quick run of the cheap
+"""loadtests/suite/bench.py: the table of ratios, a peer that is not installed, and a quick run of the cheap
 benchmarks (dynamic batching on/off, doc_classifier pair vs the naive service) against real processes."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from loadtests import _servers, bench_suite
+from loadtests.harness import _servers
+from loadtests.suite import bench as bench_suite
 from tests._server import ROOT
 
 
@@ -52,7 +53,7 @@ def test_quick_run_gives_finite_ratios_and_agreeing_labels(tmp_path: Path) -> No
     runs = {}
     for only in ("batching", "pair"):
         out = tmp_path / f"{only}.json"
-        argv = [sys.executable, "-m", "loadtests.bench_suite", "--quick", "--only", only, "--json", str(out)]
+        argv = [sys.executable, "-m", "loadtests.suite", "--quick", "--only", only, "--json", str(out)]
         runs[only] = (subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT), out)
     done = {}
     try:
@@ -69,7 +70,7 @@ def test_quick_run_gives_finite_ratios_and_agreeing_labels(tmp_path: Path) -> No
         assert proc.returncode == 0, stdout + stderr
         assert "| benchmark | modelsvc side | other side | ratio | command/notes |" in stdout
         table = json.loads(out.read_text())
-        assert table["command"].startswith(f"python -m loadtests.bench_suite --quick --only {only}")
+        assert table["command"].startswith(f"python -m loadtests.suite --quick --only {only}")
         rows.update({row["benchmark"]: row for row in table["rows"]})
     assert set(rows) == {"dynamic batching on / off", "pair / naive, long documents, c=4"}, rows
     for row in rows.values():
@@ -84,7 +85,7 @@ def test_quick_run_gives_finite_ratios_and_agreeing_labels(tmp_path: Path) -> No
 def test_finding_mlserver_never_fails() -> None:
     """The MLServer row looks for tests/interop's environment without building it: a Path or None, no error
     (a refactor of that environment's marker once turned this row into FAILED)."""
-    from loadtests import bench_suite
+    from loadtests.suite import bench as bench_suite
 
     found = bench_suite.mlserver_executable_or_none()
     assert found is None or found.name == "mlserver"

@@ -211,7 +211,7 @@ async def test_dns_discovery_follows_the_names_answer(fast_repo: Path) -> None:
 
 
 async def test_every_replica_down_tries_each_then_fails() -> None:
-    from loadtests._servers import free_port
+    from loadtests.harness._servers import free_port
 
     dead = [f"http://127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}"]
     async with AsyncClient(dead, timeout=5.0) as client:

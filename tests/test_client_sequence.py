@@ -18,7 +18,7 @@ import pytest
 from tritonclient.grpc import _utils as grpc_utils
 from tritonclient.http import _utils as http_utils
 
-from loadtests._servers import free_port
+from loadtests.harness._servers import free_port
 from modelsvc.client import AsyncClient, Client, ClientError, InferResult, SequenceLost
 from modelsvc.client._core import build_infer
 from modelsvc.client._grpc import build_request

@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from loadtests._servers import free_port
+from loadtests.harness._servers import free_port
 from modelsvc.client import AsyncClient, Client, InvalidInput, RetryPolicy, StreamError, StreamingUnsupported, Timeout
 from modelsvc.client import _tracing as tracing_module
 from tests._server import ModelsvcProcess

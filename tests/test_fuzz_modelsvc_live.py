@@ -1,5 +1,5 @@
 """A real ``modelsvc serve`` fuzzed over HTTP and gRPC (issue 17, part 4): the protocol fuzzing's bodies and
-messages, and HTTP requests mangled in their request line, headers and framing (loadtests/_fuzz_live.py). No
+messages, and HTTP requests mangled in their request line, headers and framing (loadtests/fuzz/_live.py). No
 answer is a 500 or a gRPC INTERNAL/UNKNOWN, every HTTP error is ``{"error": ...}``, the server answers after each
 and logs no internal error. ``python -m loadtests.fuzz --modelsvc`` runs the same with many more examples."""
 
@@ -14,8 +14,8 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from loadtests import _fuzz_live as live
-from loadtests._fuzz_protocol import Target
+from loadtests.fuzz import _live as live
+from loadtests.fuzz._protocol import Target
 from tests._server import ModelsvcProcess
 
 FUZZ = settings(

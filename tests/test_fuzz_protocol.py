@@ -3,7 +3,7 @@ server's ModelInferRequest decoding, its raw-input splitter and its HTTP/2 frame
 the servers parse.
 
 Each property: any input either decodes into consistent tensors or raises the protocol's invalid-input error;
-nothing else escapes (the strategies and checks are in loadtests/_fuzz_protocol.py and _fuzz_h2.py, which ``python -m
+nothing else escapes (the strategies and checks are in loadtests/fuzz/_protocol.py and _h2.py, which ``python -m
 loadtests.fuzz`` runs with many more examples). With CI set in the environment the examples are derandomized, so a
 CI run is reproducible. The inputs that broke the decoders once are kept as explicit examples.
 """
@@ -15,9 +15,9 @@ import os
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 
-from loadtests import _fuzz_h2
-from loadtests import _fuzz_protocol as fuzz
-from loadtests._fuzz_protocol import Body
+from loadtests.fuzz import _h2 as _fuzz_h2
+from loadtests.fuzz import _protocol as fuzz
+from loadtests.fuzz._protocol import Body
 
 FUZZ = settings(
     max_examples=int(os.environ.get("MODELSVC_FUZZ_EXAMPLES", "60")),
@@ -125,7 +125,7 @@ def test_grpc_h2_frames(case: _fuzz_h2.Frames) -> None:
 
 
 def test_every_target_has_a_test() -> None:
-    assert len(fuzz.TARGETS) == 9, "a target added to loadtests/_fuzz_protocol.py needs its test here"
+    assert len(fuzz.TARGETS) == 9, "a target added to loadtests/fuzz/_protocol.py needs its test here"
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,6 @@
 """Both example services fuzzed from their OpenAPI documents (schemathesis), against real ``logicd serve`` processes
 with the model service embedded, one per service for the module; and bad bodies the schema cannot describe (JSON
-nested 100,000 deep, bytes that are not UTF-8). What must hold is in loadtests/_fuzz_services.py: no 5xx, 2xx as
+nested 100,000 deep, bytes that are not UTF-8). What must hold is in loadtests/fuzz/_services.py: no 5xx, 2xx as
 the schema says, every 4xx problem+json with its status and a detail. ``python -m loadtests.fuzz --service all``
 runs the same with many more examples."""
 
@@ -13,8 +13,8 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from loadtests import _fuzz_services as fuzz
-from loadtests._fuzz_protocol import Target
+from loadtests.fuzz import _services as fuzz
+from loadtests.fuzz._protocol import Target
 from services import build
 
 FUZZ = settings(

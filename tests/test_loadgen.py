@@ -297,7 +297,7 @@ def test_a_request_that_raises_is_counted_and_the_workers_go_on(load: loadgen.Lo
 
 
 def test_unreadable_statistics_leave_the_split_out_with_a_note():
-    from loadtests import _servers
+    from loadtests.harness import _servers
     from loadtests.loadgen._runner import _event_loop_runner, measure
     from loadtests.loadgen._transports import StatsReader
 
@@ -319,7 +319,7 @@ def test_unreadable_statistics_leave_the_split_out_with_a_note():
 def test_grpc_connection_refused_is_a_connection_error():
     from tritonclient.grpc import service_pb2
 
-    from loadtests import _servers
+    from loadtests.harness import _servers
     from loadtests.loadgen._runner import _event_loop_runner
     from loadtests.loadgen._transports import GrpcTransport
 
@@ -334,7 +334,7 @@ def test_grpc_connection_refused_is_a_connection_error():
 
 
 def test_a_server_that_fails_to_start_keeps_its_log(capsys):
-    from loadtests import _servers
+    from loadtests.harness import _servers
 
     server = _servers.ServerProcess("failing", ["sh", "-c", "echo it went wrong; exit 3"], _servers.free_port())
     with pytest.raises(RuntimeError, match="exited with code 3") as caught:

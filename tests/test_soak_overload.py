@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from loadtests import overload, soak
-from loadtests._openloop import KINDS
-from loadtests._servers import ROOT, logicd_server, modelsvc_server
+from loadtests.harness._openloop import KINDS
+from loadtests.harness._servers import ROOT, logicd_server, modelsvc_server
 from services import build
 
 FOLDER = ROOT / "services" / "doc_classifier"

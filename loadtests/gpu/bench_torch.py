@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from loadtests._servers import free_port
 from loadtests.gpu.bench_gpu import Served, concurrency_for, make_feeds, measure_window
+from loadtests.harness._servers import free_port
 
 VOCAB = 30522
 INPUTS = {"input_ids": np.int64, "attention_mask": np.int64}

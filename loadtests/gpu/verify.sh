@@ -23,7 +23,7 @@
 #   serve    1-2 min (240 s)  modelsvc serve on the plans: ready, and its nv_gpu_* metrics
 #   bench    --bench-s + 2-3 min (--bench-s + 240 s)  loadtests/gpu/bench_gpu.py against the plans served: in-process
 #                             TensorRT, ONNX Runtime CUDA, the served plan, beside the GPU's fp16 FLOP bound
-#   padding  2-3 min (300 s)  padding-aware batching's rows (loadtests/bench_padding.py --kind KIND_GPU, one round)
+#   padding  2-3 min (300 s)  padding-aware batching's rows (loadtests/padding/bench.py --kind KIND_GPU, one round)
 # Each step writes OUT/logs/STEP.log and, when it passed, OUT/passed/STEP. The wheel folder (--wheels DIR or
 # $WHEELS, needed by setup only) holds every wheel setup installs, for this machine's Python and platform: nothing
 # is fetched (pip --no-index). Make it where the internet is, with NVIDIA's index as an extra index:
@@ -314,7 +314,7 @@ step_bench() {
 }
 
 step_padding() {
-  run bench-padding 280 "$PY" -m loadtests.bench_padding --only minilm,accel --kind KIND_GPU \
+  run bench-padding 280 "$PY" -m loadtests.padding --only minilm,accel --kind KIND_GPU \
     --rounds 1 --seconds 5 --output "$OUT/padding.md"
   sed -n '/^| model /,/^$/p' "$OUT/padding.md" | tee "$OUT/padding-table.txt"
 }

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # the `locust` script puts only this file's folder on sys.path
     sys.path.insert(0, str(ROOT))
 
-from loadtests._documents import all_short_documents, long_documents, short_documents  # noqa: E402
+from loadtests.harness._documents import all_short_documents, long_documents, short_documents  # noqa: E402
 
 LABELS = frozenset(short_documents())
 SHORT = all_short_documents()

@@ -1,4 +1,4 @@
-"""A real MLServer for interop tests (loadtests/_mlserver.py starts it) serving the echo model, from
+"""A real MLServer for interop tests (loadtests/harness/_mlserver.py starts it) serving the echo model, from
 ``.venv-mlserver/``, which ``ensure_env()`` creates at the repository root once (``python -m venv`` and uv, see
 tests/_venvs.py).
 """
@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from loadtests import _mlserver
-from loadtests._mlserver import REQUIREMENTS, VENV
+from loadtests.harness import _mlserver
+from loadtests.harness._mlserver import REQUIREMENTS, VENV
 from tests._venvs import ensure_venv
 
 __all__ = ["VENV", "MLServerProcess", "ensure_env"]

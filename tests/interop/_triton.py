@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtests import _servers
+from loadtests.harness import _servers
 from modelsvc.client import Client
 from tests._server import ModelsvcProcess
 

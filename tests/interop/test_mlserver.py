@@ -183,7 +183,7 @@ def test_server_side_errors_map_into_the_tree(mlserver: MLServerProcess) -> None
 
 def test_environment_is_reused(mlserver: MLServerProcess) -> None:
     """The session's env creation left a marker, so the next run starts MLServer without pip."""
-    from loadtests._servers import marker_of
+    from loadtests.harness._servers import marker_of
 
     from ._mlserver import VENV
 

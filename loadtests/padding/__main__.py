@@ -1,0 +1,7 @@
+"""``python -m loadtests.padding``: see bench.py."""
+
+import sys
+
+from loadtests.padding.bench import main
+
+sys.exit(main())
