@@ -3,7 +3,9 @@
 One job per request (``WorkItem``, ``_job.py``) goes from the data plane to the instance: the data plane builds
 it and hands it to the model version's ``Scheduler`` (a Protocol with one entry point, ``enqueue(job)``, as
 Triton's ``Scheduler::Enqueue``), implemented by ``DynamicScheduler`` (``_scheduler.py``: the queue, a planner, the
-instance threads), ``SequenceScheduler`` (``sequence/``) and the engine's ensemble scheduler.
+instance threads), ``SequenceScheduler`` (``sequence/``) and the engine's ensemble scheduler. A new kind of
+scheduler implements that Protocol and is chosen for the configs it serves in ``modelsvc.engine._version``
+(``build_version``); a new way to form batches in front of the same queue is a planner (below).
 
 Forming batches is the extension point. A planner (``Planner``, ``_planner.py``) gets a snapshot of the queue
 in dispatch order (priority level 1 first, each level's delayed requests after it, arrival order within each;
