@@ -19,7 +19,6 @@ import shlex
 import sys
 import tempfile
 import time
-import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from loadtests.harness import _perf, _servers
+from loadtests.harness._main import run
 from loadtests.harness._perf import Input, LoadResult
 
 # The transformer-like model: ~1-1.5 ms for one batch-1 x 128-token call on a 2-core EPYC.
@@ -424,10 +424,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt:
-        sys.exit(130)
-    except Exception:
-        traceback.print_exc()
-        sys.exit(2)
+    run(main)

@@ -13,17 +13,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import numpy as np
 
-from loadtests.harness._servers import die_with_parent, free_port
+from loadtests.harness._servers import ServerProcess, modelsvc_server
 from modelsvc.client import AsyncClient
 
 MODEL = """
@@ -60,56 +58,29 @@ def echo_repository(root: Path, sleep_s: float) -> Path:
     return root
 
 
-class _Server:
-    def __init__(self, repo: Path) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        argv = [
-            sys.executable, "-m", "modelsvc", "serve", "--model-repository", str(repo),
-            "--http-address", "127.0.0.1", "--http-port", str(self.port),
-            "--grpc-port", str(free_port()), "--metrics-port", str(free_port()),
-        ]  # fmt: skip
-        self.proc = subprocess.Popen(
-            argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=die_with_parent
-        )
-
-    def wait_ready(self, timeout_s: float = 60.0) -> None:
-        end = time.monotonic() + timeout_s
-        while time.monotonic() < end:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"modelsvc on {self.url} exited with {self.proc.returncode}")
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"{self.url}/v2/health/ready", timeout=1).status_code == 200:
-                    return
-            time.sleep(0.05)
-        raise RuntimeError(f"modelsvc on {self.url} not ready after {timeout_s} s")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
 @contextlib.contextmanager
-def _servers(slow_s: float) -> Iterator[tuple[_Server, _Server, _Server]]:
+def _servers(slow_s: float) -> Iterator[tuple[ServerProcess, ServerProcess, ServerProcess]]:
+    """Three ``python -m modelsvc serve`` (two of the fast repository, one of the slow), started side by side."""
     with tempfile.TemporaryDirectory() as tmp:
         fast, slow = echo_repository(Path(tmp) / "fast", 0.0), echo_repository(Path(tmp) / "slow", slow_s)
-        started = (_Server(fast), _Server(fast), _Server(slow))
+        servers = (
+            modelsvc_server(fast, as_module=True),
+            modelsvc_server(fast, as_module=True),
+            modelsvc_server(slow, as_module=True),
+        )
         try:
-            for s in started:
+            for s in servers:
+                s.start()
+            for s in servers:
                 s.wait_ready()
-            yield started
+            yield servers
         finally:
-            for s in started:
-                s.stop()
+            for s in servers:
+                s.close()
 
 
 async def _phase(
-    name: str, url: str | list[str], seconds: float, concurrency: int, kill: _Server | None = None
+    name: str, url: str | list[str], seconds: float, concurrency: int, kill: ServerProcess | None = None
 ) -> list[str]:
     latencies: list[float] = []
     errors = 0
@@ -129,7 +100,7 @@ async def _phase(
     async with AsyncClient(url) as client:
         await client.server_ready()  # connections and, for replicas, the probe started
         tasks = [asyncio.create_task(send(client, i)) for i in range(concurrency)]
-        if kill is not None:
+        if kill is not None and kill.proc is not None:
             await asyncio.sleep(seconds / 3)
             kill.proc.kill()
         await asyncio.gather(*tasks)
@@ -152,10 +123,12 @@ async def _phase(
 async def _run(args: argparse.Namespace) -> None:
     with _servers(args.slow_ms / 1000) as (a, b, slow):
         rows = [
-            await _phase("one URL (plain client)", a.url, args.seconds, args.concurrency),
-            await _phase("two replicas", [a.url, b.url], args.seconds, args.concurrency),
-            await _phase(f"two, one slow (+{args.slow_ms:g} ms)", [a.url, slow.url], args.seconds, args.concurrency),
-            await _phase("two, kill -9 of one", [a.url, b.url], args.seconds, args.concurrency, kill=a),
+            await _phase("one URL (plain client)", a.base_url, args.seconds, args.concurrency),
+            await _phase("two replicas", [a.base_url, b.base_url], args.seconds, args.concurrency),
+            await _phase(
+                f"two, one slow (+{args.slow_ms:g} ms)", [a.base_url, slow.base_url], args.seconds, args.concurrency
+            ),
+            await _phase("two, kill -9 of one", [a.base_url, b.base_url], args.seconds, args.concurrency, kill=a),
         ]
     head = ["phase", "calls", "errors", "calls/s", "p50 ms", "p99 ms", "max ms", "share (first / second)"]
     print("| " + " | ".join(head) + " |")

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from loadtests.gpu.bench_gpu import Served, concurrency_for, make_feeds, measure_window
-from loadtests.harness._servers import free_port
+from loadtests.harness._servers import ServerProcess, modelsvc_server
 
 VOCAB = 30522
 INPUTS = {"input_ids": np.int64, "attention_mask": np.int64}
@@ -89,45 +88,10 @@ def write_repository(repo: Path, names: list[str], layers: int, hidden: int) -> 
         (repo / name / "config.pbtxt").write_text(config(name, kind, dtype, hidden))
 
 
-class Server:
-    """``python -m modelsvc serve`` on free ports, its log in a file."""
-
-    def __init__(self, repo: Path, log: Path) -> None:
-        self.http, self.metrics = free_port(), free_port()
-        self.log_path = log
-        argv = [sys.executable, "-m", "modelsvc", "serve", "--model-repository", str(repo)]
-        argv += ["--http-address", "127.0.0.1", "--http-port", str(self.http), "--grpc-port", str(free_port())]
-        argv += ["--metrics-address", "127.0.0.1", "--metrics-port", str(self.metrics), "--metrics-interval-ms", "200"]
-        self._log = log.open("w")
-        self.proc = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT)
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def wait_ready(self, timeout: float) -> None:
-        import httpx
-
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"modelsvc exited with {self.proc.returncode}:\n{self.log()[-4000:]}")
-            try:
-                if httpx.get(f"http://127.0.0.1:{self.http}/v2/health/ready", timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
-        raise RuntimeError(f"modelsvc not ready after {timeout:.0f}s:\n{self.log()[-4000:]}")
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log.close()
+def torch_server(repo: Path, log: Path) -> ServerProcess:
+    """``python -m modelsvc serve`` on free ports, its metrics sampled every 200 ms, its log kept in ``log``."""
+    metrics = ["--metrics-address", "127.0.0.1", "--metrics-interval-ms", "200"]
+    return modelsvc_server(repo, 120.0, as_module=True, extra_args=metrics, log=log)
 
 
 def check(name: str, ok: bool, detail: str, failed: list[str]) -> None:
@@ -162,13 +126,13 @@ def metric_samples(port: int) -> dict[str, float]:
     return samples
 
 
-def run_checks(server: Server, names: list[str], tokens: int, failed: list[str]) -> None:
-    log = server.log()
+def run_checks(server: ServerProcess, names: list[str], tokens: int, failed: list[str]) -> None:
+    log = server.log_text()
     for name in names:
         device = "gpu:0" if KINDS[name][0] == "KIND_GPU" else "cpu"
         shown = re.findall(rf"loaded model '{name}' version \d+: \d+ instance\(s\) on ([^\n]*)", log)
         check(f"placement-{name}", any(s.startswith(device) for s in shown), f"wanted {device}: {shown}", failed)
-    url = f"127.0.0.1:{server.http}"
+    url = server.url
     if "cpu" in names:
         reference = infer(url, "cpu", 4, tokens)
         for name in names:
@@ -182,7 +146,8 @@ def run_checks(server: Server, names: list[str], tokens: int, failed: list[str])
         wanted = ("nv_gpu_utilization", "nv_gpu_memory_used_bytes", "nv_gpu_memory_total_bytes")
         samples: dict[str, float] = {}
         for _ in range(25):
-            samples = metric_samples(server.metrics)
+            assert server.metrics_port is not None
+            samples = metric_samples(server.metrics_port)
             if all(w in samples for w in wanted):
                 break
             time.sleep(0.2)
@@ -230,15 +195,16 @@ def main(argv: list[str] | None = None) -> int:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-torch-"))
     repo = workdir / "models"
     write_repository(repo, names, args.layers, args.hidden)
-    server = Server(repo, workdir / "server.log")
+    modelsvc = torch_server(repo, workdir / "server.log")
+    modelsvc.start()
     failed: list[str] = []
     rows: dict[str, dict[int, float | str]] = {name: {} for name in names}
     try:
         started = time.monotonic()
-        server.wait_ready(timeout=120)
+        modelsvc.wait_ready()
         print(f"bench_torch: modelsvc ready in {time.monotonic() - started:.1f}s with {names}", flush=True)
-        run_checks(server, names, args.tokens, failed)
-        url = f"127.0.0.1:{server.http}"
+        run_checks(modelsvc, names, args.tokens, failed)
+        url = modelsvc.url
         for batch in batches:
             for name in names:
                 served = Served(url, name, INPUTS, ["embeddings"])
@@ -253,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
                     close()
                 print(f"bench_torch: {name} batch {batch}: {rows[name][batch]}", flush=True)
     finally:
-        server.close()
+        modelsvc.close()
     import torch
 
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"

@@ -104,6 +104,8 @@ class ServerProcess:
 
     grpc_port: int | None = None
     """The gRPC endpoint's port, when the server opens one (``grpc_url``)."""
+    metrics_port: int | None = None
+    """The metrics endpoint's port, when the server opens one."""
 
     def __init__(
         self,
@@ -116,17 +118,24 @@ class ServerProcess:
         ready_timeout_s: float = READY_TIMEOUT_S,
         cwd: Path | None = None,
         grpc_port: int | None = None,
+        metrics_port: int | None = None,
+        log: Path | None = None,
     ):
+        """``log``: where its output goes, kept after it stops (by default a temporary file, removed when it stops
+        and kept when it fails to start)."""
         self.name = name
         if grpc_port is not None:  # (a subclass may have set it before calling this)
             self.grpc_port = grpc_port
+        if metrics_port is not None:
+            self.metrics_port = metrics_port
         self.argv = list(argv)
         self.http_port = http_port
         self.env = env
         self.ready_path = ready_path
         self.ready_timeout_s = ready_timeout_s
         self.cwd = cwd
-        self._log: IO[bytes] | None = None  # created when started, removed when stopped
+        self._kept_log = log
+        self._log: IO[bytes] | None = None  # created when started, removed when stopped (unless ``log`` was given)
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -150,11 +159,15 @@ class ServerProcess:
         to start."""
         return Path(self._log.name) if self._log is not None else None
 
-    def log_tail(self, chars: int = 4000) -> str:
+    def log_text(self) -> str:
+        """The server's output so far ("" before it started)."""
         try:
-            return self.log_path.read_text(errors="replace")[-chars:] if self.log_path else ""
+            return self.log_path.read_text(errors="replace") if self.log_path else ""
         except OSError:
             return ""
+
+    def log_tail(self, chars: int = 4000) -> str:
+        return self.log_text()[-chars:]
 
     def __enter__(self) -> ServerProcess:
         self.start()
@@ -163,7 +176,10 @@ class ServerProcess:
     def start(self) -> None:
         """Start the process without waiting for it (``wait_ready`` waits), so that several servers can start side
         by side; from the thread that will outlive it (the child is signalled when its parent thread ends)."""
-        self._log = tempfile.NamedTemporaryFile(prefix=f"{self.name}-", suffix=".log", delete=False)  # noqa: SIM115 (closed in stop)
+        if self._kept_log is not None:
+            self._log = self._kept_log.open("wb")
+        else:
+            self._log = tempfile.NamedTemporaryFile(prefix=f"{self.name}-", suffix=".log", delete=False)  # noqa: SIM115 (closed in close)
         try:
             self.proc = subprocess.Popen(
                 self.argv,
@@ -217,16 +233,21 @@ class ServerProcess:
             self.proc.kill()
             self.proc.wait()
 
+    def close(self) -> None:
+        """Stop it and remove its temporary log (a ``log`` given to it is kept)."""
+        self.stop()
+        self._remove_log()
+
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self.stop()
-        self._remove_log()
+        self.close()
 
     def _remove_log(self) -> None:
         if self._log is not None:
             self._log.close()
-            Path(self._log.name).unlink(missing_ok=True)
+            if self._kept_log is None:
+                Path(self._log.name).unlink(missing_ok=True)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -241,20 +262,36 @@ def modelsvc_executable() -> Path | None:
     return Path(found) if found else None
 
 
-def modelsvc_server(repo: Path, ready_timeout_s: float = READY_TIMEOUT_S) -> ServerProcess:
-    exe = modelsvc_executable()
-    if exe is None:
+def modelsvc_server(
+    repo: Path,
+    ready_timeout_s: float = READY_TIMEOUT_S,
+    *,
+    as_module: bool = False,
+    extra_args: Sequence[str] = (),
+    log: Path | None = None,
+) -> ServerProcess:
+    """``modelsvc serve`` on ``repo``, on free HTTP, gRPC and metrics ports of 127.0.0.1: the console script, or
+    ``python -m modelsvc`` with this interpreter when ``as_module``; ``extra_args`` follow the ports; ``log`` keeps
+    its output in that file."""
+    if as_module:
+        command = [sys.executable, "-m", "modelsvc"]
+    elif (exe := modelsvc_executable()) is not None:
+        command = [str(exe)]
+    else:
         raise RuntimeError("modelsvc console script not found: run `.venv/bin/pip install -e . --no-deps`")
-    http, grpc = free_port(), free_port()
+    http, grpc, metrics = free_port(), free_port(), free_port()
     argv = [
-        str(exe), "serve",
+        *command, "serve",
         "--model-repository", str(repo),
         "--http-port", str(http),
         "--grpc-port", str(grpc),
-        "--metrics-port", str(free_port()),
+        "--metrics-port", str(metrics),
         "--http-address", "127.0.0.1",
+        *extra_args,
     ]  # fmt: skip
-    return ServerProcess("modelsvc", argv, http, ready_timeout_s=ready_timeout_s, grpc_port=grpc)
+    return ServerProcess(
+        "modelsvc", argv, http, ready_timeout_s=ready_timeout_s, grpc_port=grpc, metrics_port=metrics, log=log
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------
