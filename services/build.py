@@ -300,8 +300,8 @@ def build(
     groups: dict[tuple[str, str], list[str]] = {}
     for service, choice in chosen.items():
         groups.setdefault(choice, []).append(service)
-    todo = {choice: _stale(members, *choice, root) for choice, members in groups.items()}
-    if not force and not any(todo.values()) and not missing(root, services):
+    stale = any(_stale(members, *choice, root) for choice, members in groups.items())
+    if not force and not stale and not missing(root, services):
         return []
     source = _source()
     written: list[Path] = []
