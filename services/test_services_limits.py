@@ -115,7 +115,7 @@ def test_a_request_its_caller_abandoned_stops_using_the_model(pair: Pair) -> Non
 def _int32_copy(built_model: Path, target: Path) -> None:
     """The built model as ``modelsvc export --int-dtype int32`` writes it, without exporting MiniLM again (15 s):
     int32 id inputs, each cast to int64 inside the graph, and config.pbtxt saying TYPE_INT32. The export's own
-    int32 path (tiny BERT) is tests/test_export.py's test_classifier_with_int32_inputs_optimized."""
+    int32 path (tiny BERT) is tests/tools/test_export.py's test_classifier_with_int32_inputs_optimized."""
     import onnx
     from onnx import TensorProto, helper
 

@@ -1,4 +1,4 @@
-"""What the gRPC endpoint's tests share (tests/test_grpc_server*.py): a server's address, tritonclient's client
+"""What the gRPC endpoint's tests share (tests/server/test_grpc_server*.py): a server's address, tritonclient's client
 and grpcio's stub on the session's server (module fixtures: ``client = _grpc.client``, ``stub``), raw requests,
 and what the server's metrics and statistics say.
 """

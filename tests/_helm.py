@@ -1,4 +1,4 @@
-"""What the Helm chart's tests share (tests/test_helm_chart*.py, test_helm_gpu.py, test_deploy_edges.py): helm,
+"""What the Helm chart's tests share (tests/deploy/test_helm_chart*.py, test_helm_gpu.py, test_deploy_edges.py): helm,
 `helm template` through a renderer that keeps what it rendered, finders for the rendered documents, and the offline
 validation of each manifest.
 

@@ -1,5 +1,6 @@
-"""Triton python models for the python backend's tests (tests/test_python_backend*.py, test_backend_contract.py):
-model.py texts and their configs, and ``write_python_model``, which puts one in a model repository.
+"""Triton python models for the python backend's tests (tests/backends/test_python_backend*.py,
+test_backend_contract.py): model.py texts and their configs, and ``write_python_model``, which puts one in a model
+repository.
 
 The model.py texts are written as Triton's documentation writes them; they would run unchanged on Triton's
 python backend.

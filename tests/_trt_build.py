@@ -1,4 +1,4 @@
-"""What the tests of ``modelsvc build`` (tests/test_build*.py) share: the services' folder, whose configs they
+"""What the tests of ``modelsvc build`` (tests/tools/test_build*.py) share: the services' folder, whose configs they
 build from, and the check that a call fails with a given usage error.
 """
 

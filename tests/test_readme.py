@@ -124,9 +124,9 @@ COVERED = {
         "test_readme_python_examples[tritonclient]",
         "test_readme_python_examples[client]",
         "test_readme_logicd_example_defines_a_service",
-        "tests/test_logicd_stream.py::test_the_readme_example_defines_its_routes",
+        "tests/logicd/test_logicd_stream.py::test_the_readme_example_defines_its_routes",
     ],
-    "protobuf": ["tests/test_padding_batching.py::test_the_readme_example_is_a_padding_config_for_minilm"],
+    "protobuf": ["tests/scheduler/test_padding_batching.py::test_the_readme_example_is_a_padding_config_for_minilm"],
     "yaml": ["test_readme_replicas_yaml_is_valid_model_service_settings"],
 }
 

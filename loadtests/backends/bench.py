@@ -17,7 +17,8 @@ Every ratio is the variant's figure over the served onnxruntime fp32 figure of t
 (the pair's over the onnxruntime fp32 pair's), the median over rounds. A cell is time-boxed by calls and seconds
 (one 32 x 512 call takes seconds on 2 cores). A variant that cannot be built here (an extra not installed, a
 precision the build refuses) gives a row that says so. ``--quick`` is a smoke run (one round, batch 1 x 128, short
-windows) used by tests/test_bench_backends.py; ``--only`` picks variants and parts; ``--json FILE`` saves it all.
+windows) used by tests/loadtests/test_bench_backends.py; ``--only`` picks variants and parts; ``--json FILE``
+saves it all.
 Exported variants are cached (``--cache``, ``--no-cache``) while the exporter's code and the source model are the
 same: an export of MiniLM takes a minute on 2 cores.
 """

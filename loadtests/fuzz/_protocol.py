@@ -1,5 +1,5 @@
-"""What the protocol fuzzing feeds the v2 decoders and what it holds them to (tests/test_fuzz_protocol.py runs a
-short round in CI, ``python -m loadtests.fuzz`` a long one).
+"""What the protocol fuzzing feeds the v2 decoders and what it holds them to
+(tests/loadtests/test_fuzz_protocol.py runs a short round in CI, ``python -m loadtests.fuzz`` a long one).
 
 Every target is a hypothesis strategy of inputs and a check. The check decodes; an input either decodes into
 something consistent (each tensor's array has the shape it names, as many elements as the shape needs, the

@@ -1,5 +1,6 @@
-"""A long fuzz run: the properties CI runs briefly (tests/test_fuzz_protocol.py, tests/test_fuzz_modelsvc_live.py,
-tests/test_fuzz_services.py), each with many more examples, and a table of what each found.
+"""A long fuzz run: the properties CI runs briefly (tests/loadtests/test_fuzz_protocol.py,
+tests/loadtests/test_fuzz_modelsvc_live.py, tests/loadtests/test_fuzz_services.py), each with many more examples, and
+a table of what each found.
 
     python -m loadtests.fuzz --examples 2000                       # the v2 decoders, in this process
     python -m loadtests.fuzz --examples 500 --modelsvc             # + a real modelsvc over HTTP and gRPC

@@ -27,7 +27,7 @@ embeddings are lookups, not FLOPs. The GPU's peak dense fp16 tensor-core rate co
 by the name nvidia-smi prints, or ``--peak-tflops``; bound = peak / FLOPs per sequence (sequences/s).
 
 The pure parts (the FLOP arithmetic, the peak table, the model spec, the table's text) are tested on any machine
-in tests/test_gpu_verify.py; the measuring needs a GPU, TensorRT and a running server.
+in tests/loadtests/test_gpu_verify.py; the measuring needs a GPU, TensorRT and a running server.
 """
 
 from __future__ import annotations

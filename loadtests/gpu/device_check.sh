@@ -15,7 +15,7 @@
 #   3. imports      torch sees CUDA; modelsvc's server, tritonclient and pynvml import
 #   4. ort-cuda     ONNX Runtime's providers, recorded (SKIP where it has no CUDAExecutionProvider)
 #   5. tensorrt     TensorRT imports (SKIP where it is not installed)
-#   6. pytest-gpu   tests/test_pytorch_backend.py and tests/test_system_metrics.py, whose GPU tests must pass
+#   6. pytest-gpu   tests/backends/test_pytorch_backend.py and tests/server/test_system_metrics.py, whose GPU tests must pass
 #   7. pytest-rest  pytest -m gpu on the other GPU test files: none may fail (they skip without TensorRT / ORT CUDA)
 #   8. served       python -m loadtests.gpu.bench_torch: a TorchScript encoder served on KIND_GPU (fp32, fp16) and
 #                   KIND_CPU: placement, the same result as the CPU, nv_gpu_* metrics, then the sequences/s table
@@ -149,12 +149,12 @@ fi
 
 # --- 6. the GPU tests that need torch and NVML alone ---------------------------------------------------------------
 GPU_TESTS=(
-  "tests/test_pytorch_backend.py::test_a_gpu_instance_runs_on_cuda"
-  "tests/test_system_metrics.py::test_a_real_gpu_shows_its_series"
+  "tests/backends/test_pytorch_backend.py::test_a_gpu_instance_runs_on_cuda"
+  "tests/server/test_system_metrics.py::test_a_real_gpu_shows_its_series"
 )
 PYTEST=("$PYTHON" -m pytest -q -p no:cacheprovider -rA)
 if ((IMPORTS_OK)); then
-  run pytest-gpu 150 "${PYTEST[@]}" tests/test_pytorch_backend.py tests/test_system_metrics.py
+  run pytest-gpu 150 "${PYTEST[@]}" tests/backends/test_pytorch_backend.py tests/server/test_system_metrics.py
   missing=()
   for test in "${GPU_TESTS[@]}"; do
     grep -q "^PASSED $test\b" "$LOG" || missing+=("${test##*::}")

@@ -1,7 +1,7 @@
 """Padding-aware batching (issue 14): one command, every row in one run, a table printed and written to a file.
 
     .venv/bin/python -m loadtests.padding                       # everything, about 10 minutes
-    .venv/bin/python -m loadtests.padding --only accel --quick  # the smoke run of tests/test_bench_padding.py
+    .venv/bin/python -m loadtests.padding --only accel --quick  # the smoke run of tests/loadtests/test_bench_padding.py
 
 16 closed-loop clients over HTTP with binary tensors send requests whose lengths are drawn log-uniform from 8
 to 256 tokens (seeded), three ways: (a) natural lengths, plain dynamic batcher; (b) padded to 256 by the

@@ -17,7 +17,7 @@ mlserver  modelsvc vs MLServer (``.venv-mlserver``, built by tests/interop) on i
 The peer rows (triton, mlserver) and the run, table and command line are here; the rows on modelsvc alone
 (ceiling, batching) are in ``_served``, the pair rows in ``_pair``, what they share in ``_rows``.
 A peer that is not installed gives a row that says so. ``--quick`` runs short windows and one round (a smoke
-run, used by tests/test_bench_suite.py); ``--only`` picks benchmarks; ``--json FILE`` saves the table.
+run, used by tests/loadtests/test_bench_suite.py); ``--only`` picks benchmarks; ``--json FILE`` saves the table.
 """
 
 from __future__ import annotations

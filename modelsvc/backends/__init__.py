@@ -28,7 +28,7 @@ Adding a backend (the TensorRT, PyTorch and OpenVINO backends were added this wa
   closed instance raises ``Unavailable`` (503, UNAVAILABLE). A failure of the runtime (e.g. inputs that fit
   the config but not each other) is ``InternalError`` or any other exception: the scheduler answers 500 /
   INTERNAL with a fixed message naming the model and logs the detail.
-- Tests: add one ``BackendCase`` to ``BACKEND_CASES`` in tests/test_backend_contract.py (loading, execution,
+- Tests: add one ``BackendCase`` to ``BACKEND_CASES`` in tests/backends/test_backend_contract.py (loading, execution,
   bad config, a real server over HTTP and gRPC, batching, bad requests) and keep what is the backend's own
   (providers, options, its datatypes) in its own tests/test_<name>_backend.py; tests/test_import_graph.py
   must stay green (no import cycles).

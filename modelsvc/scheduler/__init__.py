@@ -28,12 +28,12 @@ first planner that accepts a config wins. The planners so far:
    ``batch_started``.
 2. ``BatchPolicy`` (``_dynamic.py``, keyed ``dynamic_batching``): Triton's dynamic batcher, prefix plans.
 
-Each planner must pass ``tests/test_planners.py`` (add it to its ``PLANNERS_UNDER_TEST``): never over
+Each planner must pass ``tests/scheduler/test_planners.py`` (add it to its ``PLANNERS_UNDER_TEST``): never over
 max_batch_size, the oldest request of the highest priority in every batch, no request lost or duplicated, no
 timed-out request batched, a queue past every delay always goes, plus the invariants of its kind there (FIFO
 within a priority for prefix planners; the token budget and the buckets for the padding planner); plus tests of
-its own rules, as ``tests/test_planner.py`` has for the dynamic batcher and ``tests/test_padded_planner.py``
-for the padding-aware one.
+its own rules, as ``tests/scheduler/test_planner.py`` has for the dynamic batcher and
+``tests/scheduler/test_padded_planner.py`` for the padding-aware one.
 
 Triton's ``sequence_batching`` is not a planner: its requests are routed by correlation id to sequence slots
 that live across requests, so it is a scheduler of its own in ``sequence/``: ``SequenceScheduler``

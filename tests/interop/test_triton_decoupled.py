@@ -15,7 +15,7 @@ import pytest
 import tritonclient.grpc as tg
 from tritonclient.utils import InferenceServerException
 
-from tests.test_decoupled import REPOSITORY, RETURNED, Stream, bls_answers, inputs
+from tests.engine.test_decoupled import REPOSITORY, RETURNED, Stream, bls_answers, inputs
 
 from ._triton import beside_modelsvc
 

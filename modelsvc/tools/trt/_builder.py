@@ -1,6 +1,6 @@
 """TensorRT's builder: an ONNX file and its profiles to a serialized plan. The only module of ``modelsvc build``
 that imports TensorRT or CUDA, and it has never run on the machines this project is developed on (no GPU);
-``tests/test_build.py``'s ``gpu`` tests and ``loadtests/gpu/verify.sh`` run it where there is one.
+``tests/tools/test_build.py``'s ``gpu`` tests and ``loadtests/gpu/verify.sh`` run it where there is one.
 
 Written against TensorRT's Python API, 10.x and 11.x: ``Builder``, ``create_network()`` (explicit batch is
 the only mode), ``OnnxParser.parse_from_file``, ``create_optimization_profile`` + ``set_shape``,
