@@ -132,6 +132,18 @@ def add(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="what serves gRPC: h2 (default), HTTP/2 in the server's event loop; grpcio, grpcio's own server (slower: "
         "a thread hand-off per call). modelsvc's own flag",
     )
+    for flag, kind, metavar, text in (
+        ("--grpc-max-concurrent-streams", positive, "N", "calls one connection may have open (default 1000); more "
+         "are refused (REFUSED_STREAM). grpc core's grpc.max_concurrent_streams"),
+        ("--grpc-connection-window", message_size, "BYTES", "request bytes one connection, and one call, may send "
+         "ahead of the calls reading them (default 4 MiB + 64 KiB)"),
+        ("--grpc-max-metadata-size", positive, "BYTES", "largest header block as it arrives (default 65536); a "
+         "larger one closes the connection (ENHANCE_YOUR_CALM)"),
+        ("--grpc-buffer-budget", positive, "BYTES", "request bytes all connections may hold unread (default 256 "
+         "MiB, and at least one largest message and a window); past it new calls get RESOURCE_EXHAUSTED and the "
+         "connection holding the most is closed"),
+    ):  # fmt: skip
+        s.add_argument(flag, type=kind, default=None, metavar=metavar, help=f"h2 engine: {text}. modelsvc's own flag")
     s.add_argument(
         "--exit-timeout-secs",
         type=int,
@@ -169,6 +181,7 @@ def run(args: argparse.Namespace) -> int:
     from ..repository import is_remote
     from ..server import ServeOptions, serve
     from ..server._restricted import RestrictedApis, RestrictionError
+    from ..server.grpc import H2Limits
     from ..server.observe import TraceConfigError, parse_trace_config
 
     try:
@@ -176,7 +189,15 @@ def run(args: argparse.Namespace) -> int:
         cache = parse_cache_config(args.cache_config)
         http_restricted = RestrictedApis.parse_http(args.http_restricted_api)
         grpc_restricted = RestrictedApis.parse_grpc(args.grpc_restricted_protocol)
-    except (TraceConfigError, CacheConfigError, RestrictionError) as exc:
+        given = {
+            "max_concurrent_streams": args.grpc_max_concurrent_streams,
+            "connection_window": args.grpc_connection_window,
+            "stream_window": args.grpc_connection_window,
+            "max_metadata_size": args.grpc_max_metadata_size,
+            "buffer_budget": args.grpc_buffer_budget,
+        }
+        grpc_limits = H2Limits(**{name: value for name, value in given.items() if value is not None})
+    except (TraceConfigError, CacheConfigError, RestrictionError, ValueError) as exc:
         print(f"modelsvc: {exc}", file=sys.stderr)
         return 2
     repository: Path | str = args.model_repository
@@ -212,6 +233,7 @@ def run(args: argparse.Namespace) -> int:
         http_max_input_size=args.http_max_input_size,
         grpc_max_message_size=args.grpc_max_message_size,
         grpc_engine=args.grpc_engine,
+        grpc_limits=grpc_limits,
         exit_timeout_secs=args.exit_timeout_secs,
         log_verbose=args.log_verbose,
         trace=trace,

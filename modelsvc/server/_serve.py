@@ -16,7 +16,7 @@ from litestar import Litestar, Response, get
 from ..engine import CacheSettings, DataPlane, ModelControlMode, ModelManager, RepositoryPoller, ResponseCache
 from ..repository import ModelRepository, RemoteRepository, RemoteRepositoryError, is_remote
 from ._restricted import RestrictedApis
-from .grpc import DEFAULT_MAX_MESSAGE_BYTES, GrpcServer
+from .grpc import DEFAULT_MAX_MESSAGE_BYTES, GrpcServer, H2Limits
 from .http import HttpServer, InferEndpoint, create_http_app
 from .observe import DEFAULT_INTERVAL_MS, Metrics, NvmlReader, SystemMetrics, TraceSettings, start_tracing
 
@@ -52,6 +52,8 @@ class ServeOptions:
     """Largest gRPC message taken or sent (modelsvc's own flag: Triton has none and allows 2 GiB)."""
     grpc_engine: str = "h2"
     """What serves gRPC: ``h2`` (HTTP/2 in the event loop) or ``grpcio`` (grpcio's aio server)."""
+    grpc_limits: H2Limits = field(default_factory=H2Limits)
+    """The h2 engine's bounds on what a client may make the server hold (``--grpc-max-concurrent-streams``...)."""
     exit_timeout_secs: int = 30
     log_verbose: int = 0
     trace: TraceSettings = field(default_factory=TraceSettings)
@@ -137,6 +139,7 @@ async def _serve(options: ServeOptions, models: ModelManager, dataplane: DataPla
                 max_message_size=options.grpc_max_message_size,
                 restricted=options.grpc_restricted,
                 engine=options.grpc_engine,
+                limits=options.grpc_limits,
             )
             await grpc_server.start(options.grpc_address, options.grpc_port)
             logger.info("gRPC v2 endpoint on %s:%d (engine %s)", *grpc_server.address, options.grpc_engine)

@@ -33,7 +33,16 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 from ...protocol import grpc_timeout_s
 from .._restricted import GRPC_CATEGORIES, ApiCategory, RestrictedApis
 from ._wire import SPLIT_FROM, RawInputsRequest, WireAnswer, split_raw_inputs
-from .h2._connection import CLOSE_AFTER_S, H2Connection, H2Stream, MessageError, StreamReset, literal
+from .h2._connection import (
+    CLOSE_AFTER_S,
+    Budget,
+    H2Connection,
+    H2Limits,
+    H2Stream,
+    MessageError,
+    StreamReset,
+    literal,
+)
 
 logger = logging.getLogger("modelsvc.grpc")
 
@@ -249,10 +258,14 @@ class GrpcCalls:
 
 
 class H2GrpcServer:
-    """Listens, makes an ``H2Connection`` per client, and drains or stops them all."""
+    """Listens, makes an ``H2Connection`` per client, and drains or stops them all. ``limits``: the bounds of each
+    connection; their ``buffer_budget`` is shared by all of them (at least one largest message and a connection
+    window, so that a message the size limit allows can always arrive)."""
 
-    def __init__(self, calls: GrpcCalls) -> None:
+    def __init__(self, calls: GrpcCalls, limits: H2Limits | None = None) -> None:
         self.calls = calls
+        self.limits = limits = limits or H2Limits()
+        self.budget = Budget(max(limits.buffer_budget, calls.max_message_size + limits.connection_window))
         self.connections: set[H2Connection] = set()
         self._none_left = asyncio.Event()
         self._server: asyncio.Server | None = None
@@ -265,7 +278,7 @@ class H2GrpcServer:
         return int(self._server.sockets[0].getsockname()[1])
 
     def _connection(self) -> H2Connection:
-        conn = H2Connection(self.calls, self.calls.max_message_size, self._closed)
+        conn = H2Connection(self.calls, self.calls.max_message_size, self._closed, self.limits, self.budget)
         self.connections.add(conn)
         return conn
 

@@ -39,6 +39,7 @@ from ._calls import GrpcCalls, H2GrpcServer
 from ._codec import _wire, decode_infer_request, encode_infer_response
 from ._status import Context, _abort, _code, _end_trace, grpc_status
 from ._stream import serve_stream
+from .h2._limits import H2Limits
 
 logger = logging.getLogger("modelsvc.grpc")
 
@@ -46,6 +47,7 @@ T = TypeVar("T")
 
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 """Largest message taken or sent: the same as the HTTP body limit. (Triton's gRPC allows 2 GiB and has no flag.)"""
+
 
 def _tensor_metadata(entries: Sequence[dict[str, Any]]) -> list[Any]:
     return [
@@ -232,6 +234,7 @@ class GrpcServer:
         max_message_size: int = DEFAULT_MAX_MESSAGE_BYTES,
         restricted: RestrictedApis | None = None,
         engine: str = "h2",
+        limits: H2Limits | None = None,
     ) -> None:
         if engine not in ("h2", "grpcio"):
             raise ValueError(f"unknown gRPC engine {engine!r}: 'h2' or 'grpcio'")
@@ -240,6 +243,8 @@ class GrpcServer:
         self.restricted = restricted
         """``--grpc-restricted-protocol`` groups: calls without their metadata get UNAVAILABLE."""
         self.engine = engine
+        self.limits = limits
+        """The h2 engine's bounds per connection and process (``H2Limits``; None: its defaults)."""
         self.address: tuple[str, int] = ("", 0)
         self._server: grpc.aio.Server | None = None
         self._h2: H2GrpcServer | None = None
@@ -250,7 +255,7 @@ class GrpcServer:
         target = f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
         if self.engine == "h2":
             self.service._encode = _wire
-            h2 = H2GrpcServer(GrpcCalls(self.service, self.max_message_size, self.restricted))
+            h2 = H2GrpcServer(GrpcCalls(self.service, self.max_message_size, self.restricted), self.limits)
             try:
                 bound = await h2.start(host, port)
             except OSError as exc:

@@ -8,9 +8,17 @@ methods: a ``CallHandler`` (``grpc._calls``) gets each new stream and reads and 
 What the peer may do and what it gets:
 - Frames: DATA, HEADERS (+ CONTINUATION, padding, priority), RST_STREAM, SETTINGS, PING, GOAWAY, WINDOW_UPDATE;
   PRIORITY and unknown types are ignored, PUSH_PROMISE from a client is a connection error.
-- Flow control: this side opens large receive windows at once (SETTINGS_INITIAL_WINDOW_SIZE and a connection
-  WINDOW_UPDATE, topped up as data is consumed), so a client never waits for credit; what it sends respects the
-  client's windows and SETTINGS_MAX_FRAME_SIZE and waits for WINDOW_UPDATE when a window is spent.
+- Flow control: the receive windows (``H2Limits``: a few MiB per connection and per stream) are opened again as
+  the calls read their messages, not as bytes arrive, so what a connection holds unread is bounded; a message
+  larger than a window gets the window it needs (a stream's at once, the connection's once it is spent, one
+  message at a time). What this side sends respects the client's windows and SETTINGS_MAX_FRAME_SIZE and waits
+  for WINDOW_UPDATE when a window is spent.
+- Bounds (``_limits``): SETTINGS_MAX_CONCURRENT_STREAMS (REFUSED_STREAM beyond it); a header block larger than
+  ``max_metadata_size`` closes the connection as it arrives (ENHANCE_YOUR_CALM), as does a peer that resets far
+  more streams than this side completes (rapid reset); when what the transport has not sent yet passes
+  ``write_buffer`` the connection is not read until it drains (a peer that does not read its PING answers stops
+  being read); the request bytes all connections hold unread share a process-wide ``Budget``: past it new
+  streams get RESOURCE_EXHAUSTED and the connection holding the most is closed.
 - Header compression: HPACK (the ``hpack`` package decodes); a header block made only of indexed fields (what a
   client sends for its second and later calls) leaves the dynamic table as it is, so its decoding is remembered.
   Answers are encoded without the dynamic table (literal fields, static names).
@@ -19,6 +27,7 @@ What the peer may do and what it gets:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from typing import Protocol, cast
@@ -38,10 +47,12 @@ from ._frames import (
     DATA,
     END_HEADERS,
     END_STREAM,
+    ENHANCE_YOUR_CALM,
     FLOW_CONTROL_ERROR,
     FRAME_SIZE_ERROR,
     GOAWAY,
     HEADERS,
+    MAX_CONTROL_FRAME,
     MAX_WINDOW,
     NO_ERROR,
     PADDED,
@@ -52,11 +63,13 @@ from ._frames import (
     PUSH_PROMISE,
     RECV_MAX_FRAME,
     REFUSED_STREAM,
+    RESPONSE_HEADERS,
     RST_STREAM,
     SETTINGS,
     SETTINGS_INITIAL_WINDOW_SIZE,
+    SETTINGS_MAX_CONCURRENT_STREAMS,
     SETTINGS_MAX_FRAME_SIZE,
-    TOP_UP,
+    SETTINGS_MAX_HEADER_LIST_SIZE,
     WINDOW_UPDATE,
     MessageError,
     Pieces,
@@ -65,14 +78,22 @@ from ._frames import (
     frame,
     literal,
 )
+from ._inflow import GRANT_BELOW, Inflow
+from ._limits import Budget, H2Limits
 from ._stream import H2Stream
 
 logger = logging.getLogger("modelsvc.grpc")
 
 __all__ = [  # what the call layer and the tests take from here
-    "CLOSE_AFTER_S", "GOAWAY", "PING", "PREFACE", "SETTINGS", "H2Connection", "H2Stream", "MessageError", "Pieces",
-    "StreamReset", "frame", "literal",
+    "CLOSE_AFTER_S", "GOAWAY", "PING", "PREFACE", "SETTINGS", "Budget", "H2Connection", "H2Limits", "H2Stream",
+    "MessageError", "Pieces", "StreamReset", "frame", "literal",
 ]  # fmt: skip
+
+_OVER_BUDGET = (
+    RESPONSE_HEADERS
+    + literal(b"grpc-status", b"8")
+    + literal(b"grpc-message", b"the server holds too many request bytes: try again later")
+)  # RESOURCE_EXHAUSTED, trailers only
 
 
 class CallHandler(Protocol):
@@ -80,13 +101,22 @@ class CallHandler(Protocol):
         """A stream's headers arrived (``stream.headers``); read its messages and answer it."""
 
 
-class H2Connection(asyncio.Protocol):
+class H2Connection(Inflow, asyncio.Protocol):
     """One client connection."""
 
-    def __init__(self, handler: CallHandler, max_message: int, on_close: Callable[[H2Connection], None]) -> None:
+    def __init__(
+        self,
+        handler: CallHandler,
+        max_message: int,
+        on_close: Callable[[H2Connection], None],
+        limits: H2Limits | None = None,
+        budget: Budget | None = None,
+    ) -> None:
         self.handler = handler
         self.max_message = max_message
         self._on_close = on_close
+        self.limits = limits = limits or H2Limits()
+        self.budget = budget if budget is not None else Budget(limits.buffer_budget)
         self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
         self.streams: dict[int, H2Stream] = {}
@@ -95,13 +125,21 @@ class H2Connection(asyncio.Protocol):
         self._buffer = bytearray()
         self._preface = False
         self._decoder = hpack.Decoder()
-        self._decoder.max_header_list_size = 64 * 1024
+        self._decoder.max_header_list_size = max(64 * 1024, limits.max_metadata_size)
         self._indexed: dict[bytes, list[tuple[bytes, bytes]]] = {}
         self._continuing: tuple[int, int, bytearray] | None = None  # (stream id, flags, block so far)
+        self._block_size = 0  # bytes of the header block being continued
         self.peer_initial_window = 65535
         self.peer_max_frame = 16384
         self.send_window = 65535
-        self._recv_conn = 0
+        # receiving: what the peer may still send, what the calls have not read, one message let past the window
+        self.recv_window = limits.connection_window
+        self.held = 0
+        self._granted: H2Stream | None = None
+        self._grant = 0
+        self._grant_until = 0
+        self._data_seen = False
+        self._resets = 0  # streams the peer reset, less those this side completed
         self._blocked: dict[int, H2Stream] = {}
         self._out: list[bytes | memoryview] = []
         self.idle: asyncio.Event = asyncio.Event()
@@ -109,19 +147,42 @@ class H2Connection(asyncio.Protocol):
 
     # -- asyncio.Protocol -----------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-        settings = _SETTING.pack(SETTINGS_INITIAL_WINDOW_SIZE, MAX_WINDOW) + _SETTING.pack(
-            SETTINGS_MAX_FRAME_SIZE, RECV_MAX_FRAME
+        self.transport = cast(asyncio.Transport, transport)
+        limits = self.limits
+        with contextlib.suppress(NotImplementedError):  # (a transport that stands in for a socket in tests)
+            self.transport.set_write_buffer_limits(high=limits.write_buffer)
+        self.budget.holders.add(self)
+        settings = b"".join(
+            _SETTING.pack(key, value)
+            for key, value in (
+                (SETTINGS_MAX_CONCURRENT_STREAMS, limits.max_concurrent_streams),
+                (SETTINGS_INITIAL_WINDOW_SIZE, limits.stream_window),
+                (SETTINGS_MAX_FRAME_SIZE, RECV_MAX_FRAME),
+                (SETTINGS_MAX_HEADER_LIST_SIZE, limits.max_metadata_size),
+            )
         )
-        self._write([frame(SETTINGS, 0, 0, settings), frame(WINDOW_UPDATE, 0, 0, _U32.pack(MAX_WINDOW - 65535))])
+        out: list[bytes | memoryview] = [frame(SETTINGS, 0, 0, settings)]
+        if self.recv_window > 65535:
+            out.append(frame(WINDOW_UPDATE, 0, 0, _U32.pack(self.recv_window - 65535)))
+        self._write(out)
 
     def connection_lost(self, exc: Exception | None) -> None:
         for stream in list(self.streams.values()):
             stream._on_reset()
         self.streams.clear()
         self._blocked.clear()
+        self._let_go()
         self.idle.set()
         self._on_close(self)
+
+    def pause_writing(self) -> None:
+        """The transport holds more than ``write_buffer`` unsent: read nothing more until it drains."""
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
 
     def data_received(self, data: bytes) -> None:
         buffer = self._buffer
@@ -141,6 +202,12 @@ class H2Connection(asyncio.Protocol):
             del buffer[:used]
         elif used < len(data):
             buffer += data[used:]
+        if self._data_seen:
+            self._data_seen = False
+            if self.recv_window < GRANT_BELOW and self._granted is None:
+                self._grant_one()
+            if self.budget.used > self.budget.limit:
+                self.budget.reclaim(ENHANCE_YOUR_CALM)
 
     def _frames(self, view: memoryview) -> int:
         pos = 0
@@ -157,12 +224,18 @@ class H2Connection(asyncio.Protocol):
         while end - pos >= 9:
             head, flags, sid = _HEAD.unpack_from(view, pos)
             length = head >> 8
-            if length > RECV_MAX_FRAME:
-                raise _ConnectionError(FRAME_SIZE_ERROR, f"a frame of {length} bytes")
+            ftype = head & 0xFF
+            if ftype == DATA:  # checked before any of it is kept
+                if length > self.recv_window:
+                    raise _ConnectionError(FLOW_CONTROL_ERROR, f"a DATA frame of {length} bytes over the window")
+            elif length + self._block_size > self.limits.max_metadata_size and ftype in (HEADERS, CONTINUATION):
+                raise _ConnectionError(ENHANCE_YOUR_CALM, f"a header block over {self.limits.max_metadata_size} bytes")
+            elif length > MAX_CONTROL_FRAME:
+                raise _ConnectionError(FRAME_SIZE_ERROR, f"a frame of type {ftype} and {length} bytes")
             stop = pos + 9 + length
             if stop > end:
                 break
-            self._frame(head & 0xFF, flags, sid & 0x7FFFFFFF, view[pos + 9 : stop])
+            self._frame(ftype, flags, sid & 0x7FFFFFFF, view[pos + 9 : stop])
             pos = stop
             if self.transport is None or self.transport.is_closing():
                 break  # closed on a connection error: nothing after it is read
@@ -179,9 +252,11 @@ class H2Connection(asyncio.Protocol):
             if self._continuing is None or self._continuing[0] != sid:
                 raise _ConnectionError(PROTOCOL_ERROR, "CONTINUATION without HEADERS")
             self._continuing[2].extend(payload)
+            self._block_size += len(payload)
             if flags & END_HEADERS:
                 start_sid, start_flags, block = self._continuing
                 self._continuing = None
+                self._block_size = 0
                 self._header_block(start_sid, start_flags, bytes(block))
         elif ftype == SETTINGS:
             self._settings(flags, payload)
@@ -191,10 +266,13 @@ class H2Connection(asyncio.Protocol):
         elif ftype == WINDOW_UPDATE:
             self._window_update(sid, payload)
         elif ftype == RST_STREAM:
-            stream = self.streams.pop(sid, None)
+            stream = self.streams.get(sid)
             if stream is not None:
-                self._blocked.pop(sid, None)
+                self._forget(stream)
                 stream._on_reset()
+                self._resets += 1
+                if self._resets > self.limits.max_reset_streams:
+                    raise _ConnectionError(ENHANCE_YOUR_CALM, f"{self._resets} more streams reset than completed")
                 self._check_idle()
         elif ftype == GOAWAY:
             self.going_away = True
@@ -213,26 +291,6 @@ class H2Connection(asyncio.Protocol):
             return payload[1 : len(payload) - pad]
         return payload
 
-    def _data(self, flags: int, sid: int, payload: memoryview) -> None:
-        self._recv_conn += len(payload)
-        if self._recv_conn >= TOP_UP:
-            self._write([frame(WINDOW_UPDATE, 0, 0, _U32.pack(self._recv_conn))])
-            self._recv_conn = 0
-        stream = self.streams.get(sid)
-        if stream is None or stream.ended:
-            return  # a stream already answered or reset: its data is dropped
-        stream._recv_count += len(payload)
-        if stream._recv_count >= TOP_UP:
-            self._write([frame(WINDOW_UPDATE, 0, sid, _U32.pack(stream._recv_count))])
-            stream._recv_count = 0
-        data = self._unpad(flags, payload)
-        if data and stream.error is None:
-            stream._feed(data)
-        if flags & END_STREAM:
-            stream.ended = True
-        if stream.messages or stream.ended or stream.error is not None:
-            stream._wake()
-
     def _headers(self, flags: int, sid: int, payload: memoryview) -> None:
         block = self._unpad(flags, payload)
         if flags & PRIORITY_FLAG:
@@ -241,6 +299,7 @@ class H2Connection(asyncio.Protocol):
             self._header_block(sid, flags, bytes(block))
         else:
             self._continuing = (sid, flags, bytearray(block))
+            self._block_size = len(payload)
 
     def _decode(self, block: bytes) -> list[tuple[bytes, bytes]]:
         cached = self._indexed.get(block)
@@ -271,10 +330,14 @@ class H2Connection(asyncio.Protocol):
                 raise _ConnectionError(PROTOCOL_ERROR, f"stream {sid} is not a client's")
             return  # a stream that ended already
         self.last_sid = sid
-        if self.going_away:
+        if self.going_away or len(self.streams) >= self.limits.max_concurrent_streams:
             self._write([frame(RST_STREAM, 0, sid, _U32.pack(REFUSED_STREAM))])
             return
-        stream = H2Stream(self, sid, headers)
+        if self.budget.used >= self.budget.limit:
+            self._write([frame(HEADERS, END_HEADERS | END_STREAM, sid, _OVER_BUDGET)])
+            self.budget.reclaim(ENHANCE_YOUR_CALM)
+            return
+        stream = H2Stream(self, sid, headers, self.limits.stream_window)
         if flags & END_STREAM:
             stream.ended = True
         self.streams[sid] = stream
@@ -361,16 +424,16 @@ class H2Connection(asyncio.Protocol):
     def stream_closed(self, stream: H2Stream) -> None:
         """This side ended the stream; what the client still sends on it is dropped. (No RST_STREAM NO_ERROR to
         stop it: grpc's C core reads one that follows the trailers as the call's failure.)"""
-        self.streams.pop(stream.sid, None)
-        self._blocked.pop(stream.sid, None)
+        self._forget(stream)
+        if self._resets:
+            self._resets -= 1
         self._check_idle()
 
     def reset_stream(self, stream: H2Stream, code: int = CANCEL) -> None:
         """Abandon a stream this side cannot answer any more."""
         if stream.closed or stream.reset:
             return
-        self.streams.pop(stream.sid, None)
-        self._blocked.pop(stream.sid, None)
+        self._forget(stream)
         stream.closed = True
         self._write([frame(RST_STREAM, 0, stream.sid, _U32.pack(code))])
         stream._on_reset()
@@ -401,3 +464,4 @@ class H2Connection(asyncio.Protocol):
         self._write([frame(GOAWAY, 0, 0, _U32.pack(self.last_sid) + _U32.pack(code) + debug)])
         self._send_out()
         self.transport.close()
+        self._let_go()  # now: the budget counts it no more, though connection_lost comes later

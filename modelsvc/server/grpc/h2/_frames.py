@@ -13,14 +13,18 @@ PADDED = 0x8
 PRIORITY_FLAG = 0x20
 NO_ERROR, PROTOCOL_ERROR, INTERNAL_ERROR, FLOW_CONTROL_ERROR = 0, 1, 2, 3
 STREAM_CLOSED, FRAME_SIZE_ERROR, REFUSED_STREAM, CANCEL, COMPRESSION_ERROR = 5, 6, 7, 8, 9
-SETTINGS_HEADER_TABLE_SIZE, SETTINGS_INITIAL_WINDOW_SIZE, SETTINGS_MAX_FRAME_SIZE = 1, 4, 5
+ENHANCE_YOUR_CALM = 11
+SETTINGS_HEADER_TABLE_SIZE, SETTINGS_MAX_CONCURRENT_STREAMS, SETTINGS_INITIAL_WINDOW_SIZE = 1, 3, 4
+SETTINGS_MAX_FRAME_SIZE, SETTINGS_MAX_HEADER_LIST_SIZE = 5, 6
 
 MAX_WINDOW = 2**31 - 1
-TOP_UP = 2**30
-"""Received bytes after which a receive window is opened again (by that many bytes)."""
 RECV_MAX_FRAME = (1 << 24) - 1
-"""The largest frame taken (SETTINGS_MAX_FRAME_SIZE, HTTP/2's maximum): a large message arrives in few frames,
-often one, which the stream then takes without assembling it in a buffer of its own."""
+"""The largest DATA frame taken (SETTINGS_MAX_FRAME_SIZE, HTTP/2's maximum; the receive windows bound it): a large
+message arrives in few frames, often one, which the stream then takes without assembling it in a buffer of its
+own."""
+MAX_CONTROL_FRAME = 1 << 16
+"""The largest frame of any other type (PING, SETTINGS, GOAWAY, unknown types...): larger is FRAME_SIZE_ERROR
+before it is buffered. (Header blocks have their own bound, ``H2Limits.max_metadata_size``.)"""
 _CACHED_BLOCKS = 64
 CLOSE_AFTER_S = 2.0
 """How long a connection told to go away (GOAWAY) and without calls is left for its client to close."""

@@ -39,6 +39,8 @@ class Connection(Protocol):
 
     def reset_stream(self, stream: H2Stream, code: int = ...) -> None: ...
 
+    def consumed(self, stream: H2Stream, size: int) -> None: ...
+
 
 class H2Stream:
     """One call: its request headers, the gRPC messages that arrive, and the way back."""
@@ -47,24 +49,27 @@ class H2Stream:
         "_buffer",
         "_drained",
         "_outbox",
-        "_recv_count",
         "_trailers",
         "_waiter",
+        "_wire",
         "closed",
         "conn",
         "ended",
         "error",
         "headers",
         "headers_sent",
+        "held",
         "max_message",
         "messages",
+        "received",
+        "recv_window",
         "reset",
         "send_window",
         "sid",
         "task",
     )  # fmt: skip
 
-    def __init__(self, conn: Connection, sid: int, headers: list[tuple[bytes, bytes]]) -> None:
+    def __init__(self, conn: Connection, sid: int, headers: list[tuple[bytes, bytes]], recv_window: int) -> None:
         self.conn = conn
         self.sid = sid
         self.headers = headers
@@ -81,11 +86,15 @@ class H2Stream:
         self.headers_sent = False
         self.closed = False  # this side sent END_STREAM (or reset)
         self._drained: asyncio.Future[None] | None = None
-        self._recv_count = 0
         self.max_message = conn.max_message
+        self.recv_window = recv_window  # what the peer may still send on it
+        self.received = 0  # request bytes that arrived on it (DATA, without padding)
+        self.held = 0  # of those, what is kept unread: the partial message and the queued ones
+        self._wire: collections.deque[int] = collections.deque()  # each queued message's size as it arrived
 
     # -- receiving ------------------------------------------------------------------------------------------
     def _feed(self, data: memoryview) -> None:
+        """Take request bytes; ``held`` counts what is kept of them (a message refused is not)."""
         buffer = self._buffer
         if not buffer and len(data) >= 5:  # the usual case: whole messages in one frame, no copy to the buffer
             length = _U32.unpack_from(data, 1)[0]
@@ -94,8 +103,11 @@ class H2Stream:
                     self._refuse(length)
                 else:
                     self.messages.append(data[5:].tobytes())
+                    self._wire.append(5 + length)
+                    self.held += 5 + length
                 return
         buffer += data
+        self.held += len(data)
         while len(buffer) >= 5 and self.error is None:
             length = _U32.unpack_from(buffer, 1)[0]
             if length > self.max_message:
@@ -107,32 +119,51 @@ class H2Stream:
                 message = view[5 : 5 + length].tobytes()  # one copy (bytes(buffer[...]) made two)
             compressed = buffer[0]
             del buffer[: 5 + length]
-            if compressed:
-                self._inflate(message)
-            else:
+            if not compressed:
                 self.messages.append(message)
+            elif not self._inflate(message):
+                self.held -= 5 + length
+                continue
+            self._wire.append(5 + length)
 
-    def _inflate(self, message: bytes) -> None:
+    def need(self) -> int:
+        """Bytes still to come of the message that has begun to arrive (0: none has, or it cannot be taken)."""
+        buffer = self._buffer
+        if not buffer or self.error is not None or self.ended:
+            return 0
+        if len(buffer) < 5:
+            return 5 - len(buffer)
+        length: int = _U32.unpack_from(buffer, 1)[0]
+        return 5 + length - len(buffer)
+
+    def _inflate(self, message: bytes) -> bool:
         """A compressed message (flag 1) in the stream's ``grpc-encoding``: gzip and deflate, as grpc offers."""
         encoding = next((v for k, v in self.headers if k == b"grpc-encoding"), b"identity")
         wbits = {b"gzip": 16 + zlib.MAX_WBITS, b"deflate": zlib.MAX_WBITS}.get(encoding)
         if wbits is None:
             name = encoding.decode("latin-1")
             self.error = ("UNIMPLEMENTED", f"a compressed message in grpc-encoding '{name}': gzip or deflate only")
-            return
+            self._drop_buffer()
+            return False
         inflater = zlib.decompressobj(wbits)
         try:
             plain = inflater.decompress(message, self.max_message + 1)
         except zlib.error as exc:
             self.error = ("INTERNAL", f"a compressed message that does not inflate: {exc}")
-            return
+            self._drop_buffer()
+            return False
         if len(plain) > self.max_message:
             self._refuse(len(plain) + len(inflater.unconsumed_tail))
-            return
+            return False
         self.messages.append(plain)
+        return True
 
     def _refuse(self, length: int) -> None:
         self.error = ("RESOURCE_EXHAUSTED", f"Received message larger than max ({length} vs. {self.max_message})")
+        self._drop_buffer()
+
+    def _drop_buffer(self) -> None:
+        self.held -= len(self._buffer)
         self._buffer = bytearray()
 
     def _wake(self) -> None:
@@ -155,6 +186,7 @@ class H2Stream:
                 await self._waiter
             finally:
                 self._waiter = None
+        self.conn.consumed(self, self._wire.popleft())  # the peer may send that much more
         return self.messages.popleft()
 
     # -- sending --------------------------------------------------------------------------------------------

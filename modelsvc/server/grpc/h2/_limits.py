@@ -1,0 +1,83 @@
+"""What a peer may make this process hold: the bounds of one connection (``H2Limits``) and the process-wide budget of
+buffered request bytes (``Budget``), against which ``_connection`` checks every stream and DATA frame.
+
+The names follow grpc core's channel arguments where it has one (``grpc.max_concurrent_streams``,
+``grpc.max_metadata_size``); grpc core bounds a process's memory with a resource quota, closing the connections
+that hold the most when it runs short, which is what ``Budget.reclaim`` does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+DEFAULT_WINDOW = (4 << 20) + (64 << 10)
+"""4 MiB, grpc's default largest message, and room for its envelope: such a message arrives in one DATA frame."""
+
+
+@dataclass(frozen=True, slots=True)
+class H2Limits:
+    """The bounds of each connection of the h2 engine (``--grpc-*`` flags of ``modelsvc serve``)."""
+
+    max_concurrent_streams: int = 1000
+    """SETTINGS_MAX_CONCURRENT_STREAMS, advertised and enforced: a stream beyond it is refused (REFUSED_STREAM).
+    grpc core's ``grpc.max_concurrent_streams`` (unbounded by default; grpc clients queue calls beyond it)."""
+    connection_window: int = DEFAULT_WINDOW
+    """Request bytes one connection may have in flight and unread by the calls: the connection's receive window
+    is opened again as calls read their messages, not as bytes arrive. One message larger than what is left may
+    still finish (one at a time per connection, within ``buffer_budget``), so any message up to the size limit
+    arrives."""
+    stream_window: int = DEFAULT_WINDOW
+    """SETTINGS_INITIAL_WINDOW_SIZE: what one stream may send ahead of its call reading it; a message declared
+    larger than that (and within the size limit) gets the window it needs."""
+    max_metadata_size: int = 64 << 10
+    """Largest header block, compressed, as it arrives (HEADERS and its CONTINUATION frames together), and
+    SETTINGS_MAX_HEADER_LIST_SIZE: a larger one closes the connection (ENHANCE_YOUR_CALM) before it is kept."""
+    buffer_budget: int = 256 << 20
+    """Request bytes all connections of the process may hold unread together: past it new streams are refused
+    (RESOURCE_EXHAUSTED) and the connection that holds the most is closed (ENHANCE_YOUR_CALM)."""
+    write_buffer: int = 1 << 20
+    """Bytes queued for a peer past which this side stops reading that connection (until they drain to a
+    quarter): a peer that does not read what it asked for (PING, SETTINGS) cannot make the server buffer more."""
+    max_reset_streams: int = 1000
+    """How many more streams a peer may reset than this side completed (CVE-2023-44487, rapid reset); one more
+    and the connection gets GOAWAY ENHANCE_YOUR_CALM."""
+
+    def __post_init__(self) -> None:
+        for name in ("max_concurrent_streams", "max_metadata_size", "buffer_budget", "write_buffer"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1")
+        for name in ("connection_window", "stream_window"):
+            if not 65535 <= getattr(self, name) <= 2**31 - 1:
+                raise ValueError(f"{name} must be between 65535 and 2^31-1 bytes")
+        if self.max_reset_streams < 0:
+            raise ValueError("max_reset_streams must be at least 0")
+
+
+class Holder(Protocol):
+    """A connection, as the budget sees it."""
+
+    held: int
+
+    def close(self, code: int = ..., reason: str = ...) -> None: ...
+
+
+class Budget:
+    """Request bytes held unread by all connections (each adds and takes back its own ``held``)."""
+
+    __slots__ = ("holders", "limit", "used")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self.holders: set[Holder] = set()
+
+    def reclaim(self, code: int) -> None:
+        """Over the budget: close the connections that hold the most until it is kept (each gives its bytes back
+        as it closes)."""
+        while self.used > self.limit and self.holders:
+            biggest = max(self.holders, key=lambda h: h.held)
+            if biggest.held <= 0:
+                return
+            biggest.close(code, f"holds {biggest.held} request bytes with the process over its budget of {self.limit}")
+            self.holders.discard(biggest)
