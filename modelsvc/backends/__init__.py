@@ -25,8 +25,15 @@ Adding a backend (the TensorRT, PyTorch and OpenVINO backends were added this wa
   ``modelsvc.protocol.InvalidArgument``, naming the tensor where it knows it, the same 400 / INVALID_ARGUMENT:
   the ONNX Runtime backend for ORT's own INVALID_ARGUMENT (``onnx runtime error: ...``) and for BYTES that are
   not UTF-8 (``input 'X': ...``); a python model answers ``TritonError(..., TritonError.INVALID_ARG)``. A
-  closed instance raises ``Unavailable`` (503, UNAVAILABLE). A failure of the runtime (e.g. inputs that fit
-  the config but not each other) is ``InternalError`` or any other exception: the scheduler answers 500 /
+  closed instance raises ``Unavailable`` (503, UNAVAILABLE).
+- Inputs that each fit the config but not each other (add_sub's INPUT0 [2,3] with INPUT1 [2,4]) raise
+  ``InputsMismatch`` (``_shapes.py``: a 400 / INVALID_ARGUMENT, ``inputs INPUT0 [2,3] and INPUT1 [2,4] do not fit
+  model 'm': <why>``), decided from the runtime's own signal, never from any failure: ONNX Runtime by the graph's
+  named dimensions before the run and ONNX's strict shape inference after a failed one, OpenVINO by reshaping
+  the model to the inputs' shapes after a failed inference, TensorRT by ``infer_shapes`` raising, PyTorch (no
+  declared shapes, no error class) by the wording of ATen's shape checks. A python model's own exception stays
+  a 500, as Triton answers it; the model reports a bad request with ``TritonError.INVALID_ARG``.
+- Any other failure of the runtime is ``InternalError`` or any other exception: the scheduler answers 500 /
   INTERNAL with a fixed message naming the model and logs the detail.
 - Tests: add one ``BackendCase`` to ``BACKEND_CASES`` in tests/backends/test_backend_contract.py (loading, execution,
   bad config, a real server over HTTP and gRPC, batching, bad requests) and keep what is the backend's own
@@ -50,6 +57,7 @@ from ._base import (
 )
 from ._devices import visible_gpus
 from ._inprocess import bind as bind_inprocess
+from ._shapes import InputsMismatch
 
 
 def _onnxruntime() -> Backend:
@@ -170,6 +178,7 @@ __all__ = [
     "Backend",
     "BatchRequest",
     "ConfigMismatchError",
+    "InputsMismatch",
     "ModelConfig",
     "ModelInstance",
     "ModelLoadError",

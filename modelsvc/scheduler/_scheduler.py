@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from time import perf_counter_ns
 
-from ..backends import BatchRequest, ModelInstance
+from ..backends import BatchRequest, InputsMismatch, ModelInstance
 from ..protocol import InternalError, ModelsvcError, Unavailable
 from ._config import SchedulerConfig
 from ._instances import Arrays, BatchResult, InstanceThread, Padding
@@ -271,7 +271,9 @@ class DynamicScheduler:
             def resolve() -> None:
                 for item in items:
                     if not item.future.done():
-                        item.future.set_exception(error)
+                        # inputs that do not fit each other: each request hears of its own shapes, not the batch's
+                        own = error.for_inputs(item.inputs) if isinstance(error, InputsMismatch) else error
+                        item.future.set_exception(own)
         else:
             assert result is not None
             parts = result.parts
