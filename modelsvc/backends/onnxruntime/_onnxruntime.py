@@ -59,6 +59,7 @@ from .._base import (
     data_type_value,
 )
 from .._devices import Placement, placements
+from .._shapes import Verdicts
 from ._onnxruntime_gpu import CPU as _CPU
 from ._onnxruntime_gpu import CUDA as _CUDA
 from ._onnxruntime_gpu import TRT as _TRT
@@ -73,6 +74,7 @@ from ._onnxruntime_options import (
     _session_options,
     preload_cuda_libraries,
 )
+from ._onnxruntime_shapes import onnx_verdicts
 
 logger = logging.getLogger("modelsvc.backends.onnxruntime")
 
@@ -275,6 +277,7 @@ class OnnxRuntimeBackend:
             where = placements(config, "onnxruntime")
         except ValueError as exc:
             raise ModelLoadError(str(exc)) from None
+        verdicts = onnx_verdicts(artifact)  # one per model: what its shape rules say of inputs that failed a run
         instances: list[ModelInstance] = []
         try:
             if openvino and any(place.gpu is None for place in where):
@@ -284,7 +287,7 @@ class OnnxRuntimeBackend:
                 name = place.group if place.total == 1 else f"{place.group}_{place.number}"
                 instances.append(
                     self._instance(
-                        config, artifact, name, place.gpu, accelerators, options, run_options, allow_fallback
+                        config, artifact, name, place.gpu, accelerators, options, run_options, allow_fallback, verdicts
                     )
                 )
         except BaseException:
@@ -303,6 +306,7 @@ class OnnxRuntimeBackend:
         options: ort.SessionOptions,
         run_options: ort.RunOptions | None,
         allow_fallback: bool,
+        verdicts: Verdicts | None = None,
     ) -> OnnxRuntimeInstance:
         wants_trt = gpu is not None and accelerators.tensorrt is not None
         providers: list[ProviderSpec] = [_CPU] if gpu is None else gpu_providers(accelerators, gpu)
@@ -345,4 +349,4 @@ class OnnxRuntimeBackend:
                     "silent. Use instance_group kind KIND_CPU, or set parameters { key: "
                     '"allow_cpu_fallback" value { string_value: "true" } } to accept CPU'
                 )
-        return OnnxRuntimeInstance(name, device, actual, session, run_options)
+        return OnnxRuntimeInstance(name, device, actual, session, run_options, config.name, verdicts)

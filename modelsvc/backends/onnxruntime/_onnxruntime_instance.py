@@ -1,5 +1,7 @@
 """An ONNX Runtime instance: one session that runs batches, with the conversions ORT needs for BYTES
-(UTF-8 strings) and BF16 (raw 16-bit data through OrtValues), and ORT's errors mapped to the server's."""
+(UTF-8 strings) and BF16 (raw 16-bit data through OrtValues), and ORT's errors mapped to the server's: its
+INVALID_ARGUMENT is a 400, and so is a failed run whose inputs' shapes the model rejects (``_onnxruntime_shapes``);
+any other failure is a 500."""
 
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
 from modelsvc.protocol import InternalError, InvalidArgument, Unavailable
 
 from .._base import Arrays
+from .._shapes import InputsMismatch, Verdicts, named_dims_disagree, shapes_of
+from ._onnxruntime_shapes import declared_dims
 
 
 def _to_ort_strings(array: np.ndarray[Any, Any], name: str) -> np.ndarray[Any, Any]:
@@ -48,14 +52,19 @@ class OnnxRuntimeInstance:
         providers: list[str],
         session: ort.InferenceSession,
         run_options: ort.RunOptions | None = None,
+        model: str | None = None,
+        verdicts: Verdicts | None = None,
     ) -> None:
         self.name = name
+        self.model = model
+        self._verdicts = verdicts
         self.device = device
         self.providers = providers
         self._session: ort.InferenceSession | None = session
         self._run_options = run_options
         self._string_inputs = {n.name for n in session.get_inputs() if n.type == "tensor(string)"}
         self._output_names = [n.name for n in session.get_outputs()]
+        self._declared = declared_dims(session)
         self._lock = threading.Lock()
 
     def execute(self, inputs: Arrays, output_names: Sequence[str]) -> Arrays:
@@ -68,6 +77,10 @@ class OnnxRuntimeInstance:
             for name, array in inputs.items()
         }
         names = list(output_names) or self._output_names
+        shapes = shapes_of(inputs)
+        disagree = named_dims_disagree(shapes, self._declared)
+        if disagree is not None:
+            raise InputsMismatch(shapes, disagree, self.model)
         try:
             with self._lock:
                 if _BF16 is not None and (
@@ -77,12 +90,12 @@ class OnnxRuntimeInstance:
                 results = session.run(names, feed, self._run_options)
         except ort_state.InvalidArgument as exc:
             raise InvalidArgument(f"onnx runtime error: {exc}") from exc
-        except (
-            ort_state.Fail,
-            ort_state.RuntimeException,
-            ort_state.NotImplemented,
-            ort_state.EPFail,
-        ) as exc:
+        except (ort_state.Fail, ort_state.RuntimeException) as exc:
+            rejected = self._verdicts.rejects(shapes) if self._verdicts is not None else None
+            if rejected is not None:
+                raise InputsMismatch(shapes, f"{_words(exc)} (ONNX shape inference: {rejected})", self.model) from exc
+            raise InternalError(f"onnx runtime error in instance '{self.name}': {exc}") from exc
+        except (ort_state.NotImplemented, ort_state.EPFail) as exc:
             raise InternalError(f"onnx runtime error in instance '{self.name}': {exc}") from exc
         out: Arrays = {}
         for name, result in zip(names, results, strict=True):
@@ -102,6 +115,16 @@ class OnnxRuntimeInstance:
 
     def __repr__(self) -> str:
         return f"OnnxRuntimeInstance(name={self.name!r}, device={self.device!r}, providers={self.providers!r})"
+
+
+def _words(exc: BaseException) -> str:
+    """ONNX Runtime's message on one line, without its ``[ONNXRuntimeError] : 1 : FAIL :`` prefix."""
+    text = " ".join(str(exc).split())
+    marker = "Status Message:"
+    if marker in text:  # "Non-zero status code returned while running Add node. Name:'' Status Message: <why>"
+        node = text.split(" node.", 1)[0].rsplit("running ", 1)[-1]
+        return f"{node}: {text.split(marker, 1)[1].strip()}"
+    return text.split(" : ", 3)[-1] if text.startswith("[ONNXRuntimeError]") else text
 
 
 try:  # BF16 tensors travel as ml_dtypes.bfloat16 arrays, which ONNX Runtime's numpy bridge cannot take
