@@ -4,7 +4,8 @@ new service from a template; ``plan`` works out nodes, pod packing and cost from
     logicd serve SERVICE_DIR [--host H] [--port P] [--model-url URL]
     logicd up SERVICE_DIR [--host H] [--port P]
     logicd new NAME [--template text-classifier|embedder|blank] [--no-input] [--force] [-o DIR]
-    logicd plan PLAN.yaml [--json] [--summary] [--picture FILE.svg] [--write-values DIR]   (--example prints one)
+    logicd plan PLAN.yaml [--json] [--summary] [--picture FILE.svg] [--write-values DIR [--values-option O]]
+    logicd plan --example [default|accelerators]
 
 SERVICE_DIR is a service's folder (its ``service.yaml`` is read) or the ``.yaml`` file itself; omitted, the
 file named by ``$LOGICD_CONFIG`` is read, else ``./service.yaml``. ``LOGICD_`` overrides apply, and the flags

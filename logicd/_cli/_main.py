@@ -130,13 +130,21 @@ def _parser() -> argparse.ArgumentParser:
         help="capacity and cost planning: nodes, pod packing, $/hour",
         description="Size the services of PLAN.yaml for their peak and average traffic from capacity per pod (a "
         "configuration sweep's results or numbers by hand), pack the pods onto the node types on offer by their "
-        "Kubernetes requests, and compare the options side by side in $/hour and $/1M requests: cpu-only (before "
-        "a GPU move), monolith-per-gpu-node (the naive move), split-packed (logic and model apart, CPU pods on GPU "
-        "nodes' spare CPUs), shared-model-service. Exit status: 0 planned, 2 bad input (the message names the "
-        "service or field).",
+        "Kubernetes requests, and compare the options side by side in $/hour and $/1M requests, overall and per "
+        "service, against traffic and against throughput per pod: cpu-only (before a move to accelerators), "
+        "monolith-per-gpu-node (the naive move), split-packed (logic and model apart, CPU pods on accelerator "
+        "nodes' spare CPUs), shared-model-service, each once per accelerator a model was measured on. Exit status: "
+        "0 planned, 2 bad input (the message names the service or field).",
     )
     p.add_argument("plan", nargs="?", type=Path, metavar="PLAN.yaml", help="the plan file (see --example)")
-    p.add_argument("--example", action="store_true", help="print the example plan file and exit")
+    p.add_argument(
+        "--example",
+        nargs="?",
+        const="default",
+        metavar="NAME",
+        help="print an example plan file and exit: default (one accelerated service beside five CPU services) or "
+        "accelerators (T4 against Inferentia against CPU only)",
+    )
     p.add_argument("--json", action="store_true", help="print the plan as JSON instead of the table")
     p.add_argument("--summary", action="store_true", help="the options' table only, without replicas and nodes")
     p.add_argument("--picture", type=Path, metavar="FILE.svg", help="write the options' nodes and pods as an SVG")
@@ -144,7 +152,13 @@ def _parser() -> argparse.ArgumentParser:
         "--write-values",
         type=Path,
         metavar="DIR",
-        help="write DIR/<service>.yaml, helm/ml-service values of the split-packed option, per logic+model pair",
+        help="write DIR/<service>.yaml, helm/ml-service values that place each logic+model pair as the cheapest "
+        "split-packed option packed it (DIR/<service>.placement.yaml, a Deployment patch, for other services)",
+    )
+    p.add_argument(
+        "--values-option",
+        metavar="OPTION",
+        help="with --write-values: the split-packed option to deploy (split-packed@t4-trt), instead of the cheapest",
     )
     return parser
 

@@ -11,17 +11,22 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-from ._options import OPTIONS, Option, Planned, plan_all
-from ._render import as_json, render_svg, render_text
+from ._options import KINDS, Option, Planned, plan_options
+from ._render import as_json, render_text
 from ._schema import Plan, PlanError, load_plan, parse_plan
+from ._sensitivity import Sensitivity, sensitivity
+from ._svg import render_svg
 from ._values import values_for, write_values
 
 __all__ = [
+    "EXAMPLES",
+    "KINDS",
     "OPTIONS",
     "Option",
     "Plan",
     "PlanError",
     "Planned",
+    "Sensitivity",
     "as_json",
     "example_plan",
     "load_plan",
@@ -30,16 +35,36 @@ __all__ = [
     "plan_file",
     "render_svg",
     "render_text",
+    "sensitivity",
     "values_for",
     "write_values",
 ]
 
 
-def example_plan() -> str:
-    """The example plan file shipped with the package (one accelerated service, five CPU services)."""
-    return resources.files(__package__).joinpath("example.yaml").read_text(encoding="utf-8")
+OPTIONS = KINDS
+"""The kinds of option every plan compares (built once per accelerator family where models give variants)."""
+
+EXAMPLES = {
+    "default": "example.yaml",
+    "accelerators": "accelerators.yaml",
+}
+"""The example plans shipped with the package: ``logicd plan --example [NAME]``."""
 
 
-def plan_file(path: Path) -> Planned:
+def example_plan(name: str = "default") -> str:
+    """An example plan file shipped with the package: ``default`` (one accelerated service beside five CPU
+    services, on A10G), ``accelerators`` (T4 against Inferentia against CPU only, in one run)."""
+    return resources.files(__package__).joinpath(EXAMPLES[name]).read_text(encoding="utf-8")
+
+
+def plan_all(plan: Plan, base: Path, source: str = "plan", *, sensitive: bool = True) -> Planned:
+    """Resolve capacities, build every option and (``sensitive``) the cost against traffic and throughput."""
+    planned = plan_options(plan, base, source)
+    if sensitive:
+        planned.sensitivity = sensitivity(planned)
+    return planned
+
+
+def plan_file(path: Path, *, sensitive: bool = True) -> Planned:
     """Read the plan at ``path`` (sweep folders relative to it) and build every option."""
-    return plan_all(load_plan(path), path.absolute().parent, str(path))
+    return plan_all(load_plan(path), path.absolute().parent, str(path), sensitive=sensitive)

@@ -7,29 +7,34 @@ import argparse
 import json
 import sys
 
-from . import PlanError, as_json, example_plan, plan_file, render_svg, render_text, write_values
+from . import EXAMPLES, PlanError, as_json, example_plan, plan_file, render_svg, render_text, write_values
 
 __all__ = ["command"]
 
 
+def _fail(message: str) -> int:
+    print(f"logicd plan: {message}", file=sys.stderr)
+    return 2
+
+
 def command(args: argparse.Namespace) -> int:
-    if args.example:
-        sys.stdout.write(example_plan())
+    if args.example is not None:
+        if args.example not in EXAMPLES:
+            return _fail(f"--example {args.example!r}: the examples are {', '.join(EXAMPLES)}")
+        sys.stdout.write(example_plan(args.example))
         return 0
     if args.plan is None:
-        print(
-            "logicd plan: give PLAN.yaml (`logicd plan --example > plan.yaml` writes one to start from)",
-            file=sys.stderr,
-        )
-        return 2
+        return _fail("give PLAN.yaml (`logicd plan --example > plan.yaml` writes one to start from)")
     if args.picture is not None and args.picture.suffix.lower() != ".svg":
-        print(f"logicd plan: --picture writes SVG: name a .svg file, not {args.picture}", file=sys.stderr)
-        return 2
+        return _fail(f"--picture writes SVG: name a .svg file, not {args.picture}")
     try:
         planned = plan_file(args.plan)
+        if args.write_values is not None:
+            from ._values import values_option
+
+            values_option(planned, args.values_option)  # refused before anything is written
     except PlanError as exc:
-        print(f"logicd plan: {exc}", file=sys.stderr)
-        return 2
+        return _fail(str(exc))
     if args.json:
         print(json.dumps(as_json(planned), indent=2))
     else:
@@ -40,9 +45,9 @@ def command(args: argparse.Namespace) -> int:
         args.picture.write_text(render_svg(planned), encoding="utf-8")
         print(f"picture: {args.picture}", file=err)
     if args.write_values is not None:
-        written, skipped = write_values(planned, args.write_values, args.plan.name)
+        written, notes = write_values(planned, args.write_values, args.plan.name, args.values_option)
         for path in written:
             print(f"values: {path}", file=err)
-        for why in skipped:
-            print(f"values not written for {why}", file=err)
+        for note in notes:
+            print(f"  {note}", file=err)
     return 0

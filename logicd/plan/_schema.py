@@ -6,12 +6,15 @@ Quantities are held as integers: CPU in millicores, memory in bytes, so that "ex
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 import yaml
+
+from ._quantities import count_of, cpu_millis, format_cpu, format_memory, memory_bytes
 
 __all__ = [
     "Capacity",
@@ -22,9 +25,13 @@ __all__ = [
     "PlanError",
     "Resources",
     "Service",
+    "Variant",
     "cpu_millis",
+    "format_cpu",
+    "format_memory",
     "load_plan",
     "memory_bytes",
+    "parse_plan",
 ]
 
 
@@ -32,63 +39,14 @@ class PlanError(ValueError):
     """A plan that cannot be planned: ``str()`` names the file, the field (or service) and what to change."""
 
 
-# --- quantities -------------------------------------------------------------------------------------------
-
-_MEMORY = re.compile(r"([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|k|K|M|G|T)")
-_UNITS = {
-    "Ki": 2**10,
-    "Mi": 2**20,
-    "Gi": 2**30,
-    "Ti": 2**40,
-    "k": 10**3,
-    "K": 10**3,
-    "M": 10**6,
-    "G": 10**9,
-    "T": 10**12,
-}
-
-
-def cpu_millis(value: str | float) -> int:
-    """A Kubernetes CPU quantity (``2``, ``0.5``, ``"500m"``) in millicores; ValueError when it is not one."""
-    if isinstance(value, bool):
-        raise ValueError(f"a CPU quantity is a number or millicores like '500m', got {value!r}")
-    if isinstance(value, str):
-        text = value.strip()
-        if text.endswith("m") and text[:-1].isdigit():
-            return int(text[:-1])
-        try:
-            value = float(text)
-        except ValueError:
-            raise ValueError(f"a CPU quantity is a number or millicores like '500m', got {value!r}") from None
-    if value < 0:
-        raise ValueError(f"a CPU quantity is not negative, got {value!r}")
-    return round(value * 1000)
-
-
-def memory_bytes(value: str | float) -> int:
-    """A Kubernetes memory quantity with a unit (``"512Mi"``, ``"32Gi"``) in bytes. A bare number is refused:
-    Kubernetes reads it as bytes, which is never what a plan means."""
-    if isinstance(value, str):
-        match = _MEMORY.fullmatch(value.strip())
-        if match:
-            return round(float(match.group(1)) * _UNITS[match.group(2)])
-    raise ValueError(f"a memory quantity has a unit, like '512Mi' or '32Gi', got {value!r}")
-
-
-def format_cpu(millis: int) -> str:
-    return f"{millis // 1000}" if millis % 1000 == 0 else f"{millis}m"
-
-
-def format_memory(nbytes: int) -> str:
-    for unit, size in (("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
-        if nbytes % size == 0:
-            return f"{nbytes // size}{unit}"
-    return f"{-(-nbytes // 2**20)}Mi"
-
-
 # --- the structs ------------------------------------------------------------------------------------------
 
 Quantity = str | float
+
+GPU = "nvidia.com/gpu"
+"""The resource that ``gpu:`` and ``gpus:`` count (NVIDIA's device plugin)."""
+
+_EXTENDED = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 
 
 class _Struct(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -104,6 +62,16 @@ class Resources(_Struct, frozen=True, kw_only=True):
     """Memory request with a unit: ``"4Gi"``."""
     gpu: Annotated[int, msgspec.Meta(ge=0)] = 0
     """``nvidia.com/gpu``: whole GPUs; a pod with GPUs goes onto GPU nodes only."""
+    accelerators: dict[str, int] | None = None
+    """Any extended resource by its device plugin's name: ``{aws.amazon.com/neuron: 1}``,
+    ``{nvidia.com/mig-1g.10gb: 1}``; a pod that requests one goes only onto nodes that offer it."""
+
+    def extended(self) -> dict[str, int]:
+        """Every extended resource requested (``gpu`` as ``nvidia.com/gpu``), zero counts left out."""
+        out = {k: v for k, v in (self.accelerators or {}).items() if v}
+        if self.gpu:
+            out[GPU] = self.gpu
+        return out
 
 
 class Capacity(_Struct, frozen=True, kw_only=True):
@@ -127,10 +95,23 @@ class OnCpu(_Struct, frozen=True, kw_only=True):
     capacity: Capacity
 
 
+class Variant(_Struct, frozen=True, kw_only=True):
+    """The model on one accelerator (or node type): its requests and the capacity measured there. Variants of
+    the same ``name`` across services make one family of options (``split-packed@NAME``)."""
+
+    name: str
+    """A short label: ``t4-trt``, ``inferentia``; the options of its family carry it."""
+    node_types: list[str] | None = None
+    """Where it was measured and may run; required when the node types offering its accelerator differ."""
+    resources: Resources
+    capacity: Capacity | None = None
+
+
 class Half(_Struct, frozen=True, kw_only=True):
     """One half of a service (its logic pods or its model pods), or a whole CPU service."""
 
-    resources: Resources
+    resources: Resources | None = None
+    """Required, but for a model given as ``variants``."""
     capacity: Capacity | None = None
     """Missing: an error that says what to measure."""
     inferences_per_request: Annotated[float, msgspec.Meta(gt=0)] = 1.0
@@ -140,6 +121,9 @@ class Half(_Struct, frozen=True, kw_only=True):
     """The node types these pods may run on (default: any that fits)."""
     on_cpu: OnCpu | None = None
     """For a GPU model: its CPU variant, for the ``cpu-only`` option."""
+    variants: list[Variant] | None = None
+    """For a model: one entry per accelerator it was measured on, compared in one run (instead of
+    ``resources``, ``capacity`` and ``node_types``)."""
 
 
 class Service(_Struct, frozen=True, kw_only=True):
@@ -155,6 +139,8 @@ class Service(_Struct, frozen=True, kw_only=True):
     """p99 the service must keep; the model's measured p99 must fit within it."""
     min_replicas: Annotated[int, msgspec.Meta(ge=0)] | None = None
     """Per half (default: cluster.min_replicas)."""
+    unit: str = "req"
+    """What one request is, for the break-even lines: ``document`` reads "1.4 document/s per pod"."""
     logic: Half | None = None
     """kind pair: the logic pods (logicd)."""
     model: Half | None = None
@@ -170,11 +156,28 @@ class NodeType(_Struct, frozen=True, kw_only=True):
     vcpus: Annotated[float, msgspec.Meta(gt=0)]
     memory: Quantity
     gpus: Annotated[int, msgspec.Meta(ge=0)] = 0
+    """``nvidia.com/gpu`` devices."""
     gpu_model: str = ""
+    """The GPU's name (T4, A10G): the label of its accelerator."""
+    accelerators: dict[str, int] | None = None
+    """Other extended resources the node offers: ``{aws.amazon.com/neuron: 1}``, MIG profiles."""
+    accelerator: str = ""
+    """The accelerator's name (Inferentia); ``gpu_model`` is its older spelling."""
     price_per_hour: Annotated[float, msgspec.Meta(ge=0)]
     allocatable: Resources | None = None
-    """What pods may request (Kubernetes' allocatable); default: capacity less the GKE-style reservation."""
+    """What pods may request (Kubernetes' allocatable); default: capacity less the kubelet's reservation."""
     max_pods: Annotated[int, msgspec.Meta(ge=1)] = 110
+
+    def extended(self) -> dict[str, int]:
+        out = {k: v for k, v in (self.accelerators or {}).items() if v}
+        if self.gpus:
+            out[GPU] = self.gpus
+        return out
+
+    @property
+    def label(self) -> str:
+        """The accelerator's name, else its resources' names; "" for a CPU node."""
+        return self.accelerator or self.gpu_model or ", ".join(sorted(self.extended()))
 
 
 class Overhead(_Struct, frozen=True, kw_only=True):
@@ -187,10 +190,13 @@ class Cluster(_Struct, frozen=True, kw_only=True):
     """Share of each pod's capacity kept free at peak: replicas = ceil(peak / (capacity x (1 - headroom)))."""
     min_replicas: Annotated[int, msgspec.Meta(ge=0)] = 2
     """Replicas per half at least (availability); a zero-traffic service still gets them."""
+    kubelet_reservation: Literal["gke", "eks"] = "gke"
+    """Whose published kubelet reservation a node loses when its type gives no ``allocatable``: GKE's tiers,
+    or EKS's (the same CPU tiers; memory 11 MiB per pod of max_pods plus 255 MiB)."""
     daemonsets: Overhead = Overhead(cpu="300m", memory="512Mi")
     """Requests of the DaemonSets every node runs (CNI, kube-proxy, log and metrics agents)."""
     gpu_daemonsets: Overhead = Overhead(cpu="200m", memory="512Mi")
-    """More on GPU nodes: device plugin, GPU feature discovery, DCGM exporter."""
+    """More on accelerator nodes: device plugin, GPU feature discovery, DCGM or Neuron monitor."""
 
 
 class Plan(_Struct, frozen=True, kw_only=True):
@@ -226,6 +232,17 @@ def _translate(exc: msgspec.ValidationError, data: dict[str, object]) -> str:
     return f"{where}: {reason}" if where else reason
 
 
+class _Loader(yaml.SafeLoader):
+    """YAML 1.1 as PyYAML reads it, but with YAML 1.2's floats: ``1e9`` and ``1e-9`` are numbers, not strings."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
+
+
 def load_plan(path: Path) -> Plan:
     """Read and check the plan file; :class:`PlanError` names the field and what to change."""
     try:
@@ -237,7 +254,7 @@ def load_plan(path: Path) -> Plan:
 
 def parse_plan(text: str, source: str = "plan") -> Plan:
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_Loader)  # a SafeLoader
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
@@ -246,6 +263,7 @@ def parse_plan(text: str, source: str = "plan") -> Plan:
         raise PlanError(f"{source}: invalid YAML: {exc}") from exc
     if not isinstance(data, dict):
         raise PlanError(f"{source}: a plan is a mapping with node_types and services, got {type(data).__name__}")
+    _finite(data, source)
     try:
         plan = msgspec.convert(data, Plan)
     except msgspec.ValidationError as exc:
@@ -254,38 +272,98 @@ def parse_plan(text: str, source: str = "plan") -> Plan:
     return plan
 
 
+def _finite(data: Any, source: str, path: str = "", top: Any = None) -> None:
+    """Every number finite: ``.inf`` and ``.nan`` are refused where they stand, before any arithmetic."""
+    if isinstance(data, dict):
+        for key, value in data.items():
+            where = f"{path}.{key}" if path else str(key)
+            if isinstance(value, list) and isinstance(key, str):
+                for i, item in enumerate(value):
+                    name = item.get("name") if isinstance(item, dict) else None
+                    _finite(item, source, f"{where}[{i}]" + (f" ({name})" if isinstance(name, str) else ""))
+            else:
+                _finite(value, source, where)
+    elif isinstance(data, list):
+        for i, item in enumerate(data):
+            _finite(item, source, f"{path}[{i}]")
+    elif isinstance(data, float) and not math.isfinite(data):
+        raise PlanError(f"{source}: {path}: {data!r} is not a finite number: give the figure itself")
+
+
 def _check(plan: Plan, source: str) -> None:
-    """What msgspec cannot say: quantities, kinds and their halves, names, node-type references."""
+    """What msgspec cannot say: quantities, kinds and their halves, names, node-type references, allocatable
+    within capacity, accelerators that some node offers."""
 
     def fail(where: str, what: str) -> None:
         raise PlanError(f"{source}: {where}: {what}")
 
-    def resources(where: str, r: Resources) -> None:
+    def extended(where: str, given: dict[str, int] | None) -> None:
+        for name, count in (given or {}).items():
+            if not _EXTENDED.fullmatch(name) or name.split("/")[0].endswith("kubernetes.io"):
+                fail(
+                    f"{where}.accelerators",
+                    f"{name!r} is not an extended resource name like 'nvidia.com/gpu' "
+                    "or 'aws.amazon.com/neuron' (domain/name, as the device plugin advertises it)",
+                )
+            try:
+                count_of(count, f"{name}")
+            except ValueError as exc:
+                fail(f"{where}.accelerators.{name}", str(exc))
+
+    def resources(where: str, r: Resources) -> tuple[int, int]:
         try:
-            cpu_millis(r.cpu)
+            cpu = cpu_millis(r.cpu)
         except ValueError as exc:
             fail(f"{where}.cpu", str(exc))
         try:
-            memory_bytes(r.memory)
+            memory = memory_bytes(r.memory)
         except ValueError as exc:
             fail(f"{where}.memory", str(exc))
+        extended(where, r.accelerators)
+        if r.gpu and (r.accelerators or {}).get(GPU):
+            fail(where, f"give GPUs as `gpu: N` or as `accelerators: {{{GPU}: N}}`, not both")
+        return cpu, memory
 
     if not plan.node_types:
         fail("node_types", "empty: list the node types on offer")
     if not plan.services:
         fail("services", "empty: list the services to plan")
-    names: set[str] = set()
+    names: dict[str, NodeType] = {}
     for i, node in enumerate(plan.node_types):
         where = f"node_types[{i}] ({node.name})"
+        if not node.name:
+            fail(f"node_types[{i}].name", "empty: name the node type (its instance type)")
         if node.name in names:
             fail(where, f"node type {node.name!r} is listed twice")
-        names.add(node.name)
+        names[node.name] = node
         try:
-            memory_bytes(node.memory)
+            memory = memory_bytes(node.memory)
         except ValueError as exc:
             fail(f"{where}.memory", str(exc))
+        extended(where, node.accelerators)
+        if node.gpus and (node.accelerators or {}).get(GPU):
+            fail(where, f"give GPUs as `gpus: N` or as `accelerators: {{{GPU}: N}}`, not both")
+        if node.gpu_model and node.accelerator and node.gpu_model != node.accelerator:
+            fail(where, f"gpu_model {node.gpu_model!r} and accelerator {node.accelerator!r} differ: give one")
+        if node.vcpus * 1000 > 10**15:
+            fail(f"{where}.vcpus", f"{node.vcpus:g} vCPUs is beyond any node")
         if node.allocatable is not None:
-            resources(f"{where}.allocatable", node.allocatable)
+            a_cpu, a_memory = resources(f"{where}.allocatable", node.allocatable)
+            if a_cpu > round(node.vcpus * 1000):
+                fail(
+                    f"{where}.allocatable.cpu",
+                    f"{format_cpu(a_cpu)} CPUs is more than the node's {node.vcpus:g} "
+                    "vCPUs (allocatable is capacity less the reservation; millicores are written '3920m')",
+                )
+            if a_memory > memory:
+                fail(
+                    f"{where}.allocatable.memory",
+                    f"{format_memory(a_memory)} is more than the node's memory {node.memory}",
+                )
+            offered = node.extended()
+            for name, count in node.allocatable.extended().items():
+                if count > offered.get(name, 0):
+                    fail(f"{where}.allocatable", f"{name}: {count} is more than the node's {offered.get(name, 0)}")
     for key, overhead in (("daemonsets", plan.cluster.daemonsets), ("gpu_daemonsets", plan.cluster.gpu_daemonsets)):
         resources(f"cluster.{key}", Resources(cpu=overhead.cpu, memory=overhead.memory))
     seen: set[str] = set()
@@ -306,19 +384,65 @@ def _check(plan: Plan, source: str) -> None:
                 fail(where, f"kind {svc.kind} needs `{key}` (its resources and capacity)")
             if key not in wanted and half is not None:
                 fail(f"{where}.{key}", f"kind {svc.kind} has no {key}; it has {' and '.join(wanted)}")
-            if half is None:
-                continue
-            resources(f"{where}.{key}.resources", half.resources)
-            if key != "model" and half.resources.gpu:
-                fail(f"{where}.{key}.resources.gpu", "only a model half takes GPUs")
-            if key != "model" and half.inferences_per_request != 1.0:
-                fail(f"{where}.{key}.inferences_per_request", "only a model half has it; give capacity in requests/s")
-            for n in half.node_types or []:
-                if n not in names:
-                    fail(f"{where}.{key}.node_types", f"unknown node type {n!r}; node_types lists {sorted(names)}")
-            if half.on_cpu is not None:
-                if key != "model" or not half.resources.gpu:
-                    fail(f"{where}.{key}.on_cpu", "only a GPU model has a CPU variant")
-                resources(f"{where}.{key}.on_cpu.resources", half.on_cpu.resources)
-                if half.on_cpu.resources.gpu:
-                    fail(f"{where}.{key}.on_cpu.resources.gpu", "the CPU variant takes no GPU")
+            if half is not None:
+                _check_half(half, f"{where}.{key}", key, names, resources, fail)
+
+
+def _check_half(half: Half, where: str, key: str, names: dict[str, NodeType], resources: Any, fail: Any) -> None:
+    if half.variants is not None:
+        if key != "model":
+            fail(f"{where}.variants", "only a model half has variants (one per accelerator it was measured on)")
+        if not half.variants:
+            fail(f"{where}.variants", "empty: give one variant per accelerator, or resources and capacity")
+        for field in ("resources", "capacity", "node_types"):
+            if getattr(half, field) is not None:
+                fail(f"{where}.{field}", "give it inside each of `variants`, not beside them")
+    elif half.resources is None:
+        fail(where, "missing `resources` (the pod's Kubernetes requests)")
+    own = [] if half.resources is None else [("", half.resources, half.node_types)]
+    entries = own + [
+        (f".variants[{j}] ({v.name})", v.resources, v.node_types) for j, v in enumerate(half.variants or [])
+    ]
+    labels: set[str] = set()
+    for j, v in enumerate(half.variants or []):
+        if not re.fullmatch(r"[A-Za-z0-9][-A-Za-z0-9_.+]*", v.name):
+            fail(f"{where}.variants[{j}].name", f"{v.name!r}: a short label of letters, digits and -_.+ (t4-trt)")
+        if v.name in labels:
+            fail(f"{where}.variants[{j}]", f"variant {v.name!r} is listed twice")
+        labels.add(v.name)
+    for at, r, allowed in entries:
+        here = f"{where}{at}"
+        resources(f"{here}.resources", r)
+        wants = r.extended()
+        if key != "model" and wants:
+            fail(f"{here}.resources", "only a model half takes GPUs or other accelerators")
+        for n in allowed or []:
+            if n not in names:
+                fail(f"{here}.node_types", f"unknown node type {n!r}; node_types lists {sorted(names)}")
+            missing = [k for k, c in wants.items() if names[n].extended().get(k, 0) < c]
+            if missing:
+                fail(
+                    f"{here}.node_types",
+                    f"{n} offers no {missing[0]}: {missing[0]} {wants[missing[0]]} "
+                    "per pod needs a node type that has it",
+                )
+        if wants and allowed is None:
+            offering = {
+                names[n].label for n in names if all(names[n].extended().get(k, 0) >= c for k, c in wants.items())
+            }
+            if len(offering) > 1:
+                fail(
+                    f"{here}.node_types",
+                    f"missing: node types with {', '.join(sorted(wants))} carry "
+                    f"{' and '.join(sorted(offering))}, whose throughput differs; name the ones this capacity "
+                    "was measured on (or give one variant per accelerator)",
+                )
+    if key != "model" and half.inferences_per_request != 1.0:
+        fail(f"{where}.inferences_per_request", "only a model half has it; give capacity in requests/s")
+    if half.on_cpu is not None:
+        accelerated = any(r.extended() for _, r, _ in entries)
+        if key != "model" or not accelerated:
+            fail(f"{where}.on_cpu", "only a GPU model has a CPU variant")
+        resources(f"{where}.on_cpu.resources", half.on_cpu.resources)
+        if half.on_cpu.resources.extended():
+            fail(f"{where}.on_cpu.resources", "the CPU variant takes no GPU or other accelerator")
