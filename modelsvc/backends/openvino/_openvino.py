@@ -76,6 +76,7 @@ from .._devices import Placement, placements
 from ._openvino_instance import OpenVINOInstance
 from ._openvino_model import complete_config, read_model
 from ._openvino_options import OpenVINOOptions, onnx_accelerator_options, parse_options
+from ._openvino_shapes import reshape_verdicts
 
 logger = logging.getLogger("modelsvc.backends.openvino")
 
@@ -221,6 +222,8 @@ def build_instances(
     groups: dict[str, int] = {}
     for place in where:
         groups[place.group] = groups.get(place.group, 0) + 1
+    # what the model's shape inference says of inputs that failed an inference (the model read again on need)
+    verdicts = reshape_verdicts(lambda: read_model(core(), artifact, config))
     instances: list[ModelInstance] = []
     try:
         for group, count in groups.items():
@@ -230,7 +233,9 @@ def build_instances(
                 name = group if total == 1 else f"{group}_{number}"
                 request = compiled.create_infer_request()
                 instances.append(
-                    OpenVINOInstance(name, config.name, options.device, request, compiled, fixed, options.batch_padding)
+                    OpenVINOInstance(
+                        name, config.name, options.device, request, compiled, fixed, options.batch_padding, verdicts
+                    )
                 )
     except BaseException:
         for instance in instances:

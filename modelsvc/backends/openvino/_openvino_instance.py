@@ -1,5 +1,6 @@
 """An OpenVINO instance: one InferRequest of a CompiledModel that other instances share. It checks a batch's
-shapes against the compiled model's (400 naming the tensor), pads a short batch to a fixed one where
+shapes against the compiled model's (400 naming the tensor), answers a failed inference whose inputs the model's
+shape inference rejects with a 400 naming them (``_openvino_shapes``), pads a short batch to a fixed one where
 ``ENABLE_BATCH_PADDING`` asks, and carries BF16 through as raw 16-bit data."""
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import openvino as ov
 from modelsvc.protocol import InternalError, InvalidArgument, Unavailable
 
 from .._base import Arrays
+from .._shapes import InputsMismatch, Verdicts, shapes_of
+from ._openvino_shapes import words
 
 try:  # BF16 travels as ml_dtypes.bfloat16 arrays; OpenVINO's numpy view of a bf16 tensor is float16-typed bits
     import ml_dtypes as _ml_dtypes
@@ -48,6 +51,7 @@ class OpenVINOInstance:
         compiled: ov.CompiledModel,
         fixed_batch: int | None = None,
         batch_padding: bool = False,
+        verdicts: Verdicts | None = None,
     ) -> None:
         self.name = name
         self.model = model
@@ -57,6 +61,7 @@ class OpenVINOInstance:
         self._compiled: ov.CompiledModel | None = compiled  # its request's model (the group's other instances' too)
         self._fixed_batch = fixed_batch
         self._padding = batch_padding
+        self._verdicts = verdicts
         self._inputs: dict[str, _Input] = {}
         for port in compiled.inputs:
             shape = port.get_partial_shape()
@@ -150,7 +155,14 @@ class OpenVINOInstance:
                     if name in self._bf16_outputs and _BF16 is not None:
                         data = data.view(np.uint16).view(_BF16)
                     out[name] = np.array(data[:rows] if rows is not None else data, copy=True)
-        except (RuntimeError, TypeError, ValueError) as exc:
+        except RuntimeError as exc:
+            rejected = self._verdicts.rejects(shapes_of(feed_arrays)) if self._verdicts is not None else None
+            if rejected is not None:
+                raise InputsMismatch(
+                    shapes_of(inputs), f"{words(exc)} (OpenVINO shape inference: {rejected})", self.model
+                ) from exc
+            raise InternalError(f"openvino error in instance '{self.name}': {exc}") from exc
+        except (TypeError, ValueError) as exc:
             raise InternalError(f"openvino error in instance '{self.name}': {exc}") from exc
         return out
 
