@@ -20,7 +20,7 @@ torch = pytest.importorskip("torch", reason="the pytorch backend needs modelsvc[
 
 import ml_dtypes  # noqa: E402
 
-from modelsvc.backends import ConfigMismatchError, ModelInstance, ModelLoadError, get_backend  # noqa: E402
+from modelsvc.backends import ConfigMismatchError, InputsMismatch, ModelInstance, ModelLoadError, get_backend  # noqa: E402
 from modelsvc.backends.pytorch._pytorch_spec import parse_options  # noqa: E402
 from modelsvc.protocol import InternalError, InvalidArgument  # noqa: E402
 from modelsvc.repository import ModelRepository  # noqa: E402
@@ -67,6 +67,26 @@ class ReturnsDict(torch.nn.Module):
 class AsDouble(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x.double()
+
+
+class Linear(torch.nn.Module):
+    """Takes 4 features: a request of another width fails torch's matmul check."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(4, 2))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.weight
+
+
+class Fails(torch.nn.Module):
+    """A model's own failure, whatever the inputs: a RuntimeError that is none of ATen's shape checks."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if bool(x.sum() > -1.0):
+            raise RuntimeError("no weights yet")
+        return x
 
 
 class Heavy(torch.nn.Module):
@@ -394,10 +414,27 @@ def test_the_module_auto_complete_loaded_serves_the_first_cpu_instance(tmp_path:
 # --- request-time errors and instances side by side -----------------------------------------------------------
 
 
-def test_inputs_that_do_not_fit_each_other_are_an_internal_error(tmp_path: Path) -> None:
+def test_inputs_that_do_not_fit_each_other_are_invalid_in_torch_s_words(tmp_path: Path) -> None:
+    """ATen's shape checks (a plain RuntimeError) are the request's fault, a 400 naming the inputs (issue 29);
+    one input whose shape the module cannot take (a matmul) says so too."""
     instance = one(tmp_path, "m", AddSub(), add_sub_config("m"))
-    with pytest.raises(InternalError, match="PyTorch execute failure in instance 'm_0' of model 'm'"):
+    with pytest.raises(InputsMismatch) as info:
         instance.execute({"INPUT0": np.ones((2, 3), np.float32), "INPUT1": np.ones((2, 4), np.float32)}, [])
+    assert str(info.value) == (
+        "inputs INPUT0 [2,3] and INPUT1 [2,4] do not fit model 'm': "
+        "The size of tensor a (3) must match the size of tensor b (4) at non-singleton dimension 1"
+    )
+    linear = one(tmp_path, "lin", Linear(), cfg("lin", [("x", "FP32", "-1")], [("y", "FP32", "-1")]))
+    with pytest.raises(InputsMismatch, match=r"^input x \[2,3\] does not fit model 'lin': mat1 and mat2 shapes"):
+        linear.execute({"x": np.ones((2, 3), np.float32)}, [])
+
+
+def test_a_model_s_own_runtime_error_stays_an_internal_error(tmp_path: Path) -> None:
+    instance = one(tmp_path, "m", Fails(), cfg("m", [("x", "FP32", "-1")], [("y", "FP32", "-1")]))
+    with pytest.raises(
+        InternalError, match=r"(?s)PyTorch execute failure in instance 'm_0' of model 'm'.*no weights yet"
+    ):
+        instance.execute({"x": np.ones((2, 3), np.float32)}, [])
 
 
 def test_a_returned_dtype_that_differs_from_the_config_is_an_internal_error(tmp_path: Path) -> None:

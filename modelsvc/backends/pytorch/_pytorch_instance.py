@@ -1,8 +1,16 @@
 """A PyTorch instance: one TorchScript module on one device that runs batches, with the conversions torch needs
-(BF16 through raw 16-bit data, TYPE_STRING as List[str]) and torch's errors mapped to the server's."""
+(BF16 through raw 16-bit data, TYPE_STRING as List[str]) and torch's errors mapped to the server's.
+
+Inputs that fit the config but not each other (add_sub's [2,3] with [2,4]) fail one of ATen's shape checks, which
+torch raises as a plain RuntimeError, as it raises most faults: TorchScript declares no shapes to check against,
+and torch gives these checks no class of their own. So their wording decides (``_SHAPE_CHECKS``, ATen's
+messages for broadcasting, matmul, cat/stack, view/reshape, expand, conv channels, layer_norm): such a failure is a
+400 naming the inputs in torch's words; anything else (out of memory has its class, torch.OutOfMemoryError) a 500.
+"""
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -13,6 +21,7 @@ import torch
 from modelsvc.protocol import InternalError, InvalidArgument, Unavailable
 
 from .._base import Arrays
+from .._shapes import InputsMismatch, shapes_of
 from ._pytorch_spec import TORCH_DTYPES, PyTorchOptions
 from ._pytorch_spec import Plan as IOPlan
 
@@ -110,6 +119,9 @@ class PyTorchInstance:
                 with torch.jit.optimized_execution(options.optimized_execution):  # type: ignore[attr-defined]
                     result = module(*arguments)
             except (RuntimeError, torch.jit.Error, ValueError, TypeError, IndexError, KeyError) as exc:
+                words = _shape_words(exc)
+                if words is not None:
+                    raise InputsMismatch(shapes_of(inputs), words, self.model) from exc
                 raise InternalError(
                     f"PyTorch execute failure in instance '{self.name}' of model '{self.model}': {exc}"
                 ) from exc
@@ -151,6 +163,32 @@ class PyTorchInstance:
 
     def __repr__(self) -> str:
         return f"PyTorchInstance(name={self.name!r}, device={self.device!r}, providers={self.providers!r})"
+
+
+#: ATen's wording of its shape checks (torch 2.x): what a request's shapes that do not fit each other raise
+_SHAPE_CHECKS = re.compile(
+    r"must match the size of tensor"  # broadcasting: The size of tensor a (3) must match the size of tensor b (4)
+    r"|shapes cannot be multiplied"  # mat1 and mat2 shapes cannot be multiplied (2x3 and 4x2)
+    r"|Sizes of tensors must match except in dimension"  # cat
+    r"|stack expects each tensor to be equal size"
+    r"|is invalid for input of size"  # view / reshape: shape '[4, -1]' is invalid for input of size 6
+    r"|The expanded size of the tensor"
+    r"|Expected size for first two dimensions of batch2 tensor"  # bmm
+    r"|^size mismatch, got"  # mv / addmv
+    r"|inconsistent tensor size"  # dot
+    r"|channels, but got \d+ channels instead"  # conv
+    r"|expected input with shape \[\*"  # layer_norm
+)
+
+
+def _shape_words(exc: BaseException) -> str | None:
+    """torch's own words (the last line: TorchScript puts its traceback first) where ``exc`` is one of ATen's shape
+    checks; None for anything else."""
+    if not isinstance(exc, RuntimeError) or isinstance(exc, torch.OutOfMemoryError):
+        return None
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    last = lines[-1].removeprefix("RuntimeError: ") if lines else ""
+    return last if _SHAPE_CHECKS.search(last) else None
 
 
 def _batch_size(inputs: Arrays) -> int | None:
