@@ -7,6 +7,8 @@ with, the stand-in has it too:
   through, as TensorRT's ("TensorRT maintains only a single logger pointer at any given time");
 - ``set_optimization_profile_async`` raises RuntimeError on failure (pyCore.cpp's ``PY_ASSERT_RUNTIME_ERROR``),
   it never returns False;
+- ``infer_shapes`` raises RuntimeError with only an error code (pyCore.cpp) when shape inference fails, TensorRT's
+  words going to the logger;
 - every cudaMemcpyAsync is recorded with its direction, size and destination.
 """
 
@@ -165,6 +167,23 @@ class Context:
     def set_input_shape(self, name: str, shape: Any) -> bool:
         self.shapes[name] = tuple(shape)
         return True
+
+    def infer_shapes(self) -> list[str]:
+        """As pyCore.cpp's binding: a failed shape inference (here: an add of two shapes that differ) is logged by
+        TensorRT and raised as RuntimeError with only the error code; insufficiently specified inputs are returned."""
+        missing = [
+            name for name, (mode, _, _) in TENSORS.items() if mode is TensorIOMode.INPUT and name not in self.shapes
+        ]
+        if missing:
+            return missing
+        if self.shapes["INPUT0"] != self.shapes["INPUT1"]:
+            self.logger.log(
+                Severity.ERROR,
+                "IExecutionContext::inferShapes: Error Code 7: Internal Error (OUTPUT0: dimensions not compatible "
+                f"for elementwise: {list(self.shapes['INPUT0'])} and {list(self.shapes['INPUT1'])})",
+            )
+            raise RuntimeError("infer_shapes error code: -1")
+        return []
 
     def get_tensor_shape(self, name: str) -> tuple[int, ...]:
         if name == "OUTPUT0":

@@ -5,7 +5,8 @@ each shown against the stand-in of ``tensorrt`` and cudart (``tests._trt_standin
 - the process has one TensorRT logger, and each engine still gets TensorRT's error text (B5);
 - ``set_optimization_profile_async`` raises on failure: a load error, and ``modelsvc compare``'s usual error (A3);
 - every execution context runs with NVTX verbosity LAYER_NAMES_ONLY (plans are built DETAILED);
-- a BF16 plan without ml_dtypes is a load error naming the extra.
+- a BF16 plan without ml_dtypes is a load error naming the extra;
+- inputs that fit the profile but not each other (``infer_shapes`` raises) are a 400 naming them (issue 29).
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ import numpy as np
 import pytest
 
 from modelsvc.backends import ModelLoadError
+from modelsvc.backends._shapes import InputsMismatch
 from modelsvc.backends.tensorrt._tensorrt_spec import EngineTensor
+from modelsvc.protocol import ErrorKind
 from tests._trt_standin import INCOMPATIBLE, Memory, ProfilingVerbosity, Severity, engine_module
 from tests.backends.test_tensorrt_backend import parse
 
@@ -85,6 +88,36 @@ def test_the_backend_asks_the_engine_for_the_requested_outputs_only(
         out = instance.execute(_feeds((2, 4)), ["OUTPUT0"])
         assert list(out) == ["OUTPUT0"]
         assert [size for size, _ in memory.copies(D2H)] == [2 * 4 * 4]
+    finally:
+        instance.close()
+
+
+def test_inputs_that_fit_the_profile_but_not_each_other_are_a_400_in_tensorrt_s_words(
+    standin: tuple[Any, Memory], tmp_path: Path
+) -> None:
+    """infer_shapes raising (only an error code) is the request's fault: InputsMismatch naming both inputs and
+    their shapes with what TensorRT logged; the engine then serves the next request."""
+    import modelsvc.backends
+
+    plan = tmp_path / "model.plan"
+    plan.write_bytes(b"standin")
+    config = parse('name: "m" instance_group [ { kind: KIND_GPU count: 1 gpus: [ 0 ] } ]')
+    backend = modelsvc.backends.BACKENDS["tensorrt"]()
+    backend.autocomplete(config, plan)
+    (instance,) = backend.create_instances(config, plan, 1)
+    try:
+        feeds = {**_feeds((2, 3)), "INPUT1": _feeds((2, 4))["INPUT1"]}
+        with pytest.raises(InputsMismatch) as info:
+            instance.execute(feeds, ["OUTPUT0"])
+        assert info.value.kind is ErrorKind.INVALID_ARGUMENT
+        message = str(info.value)
+        assert message.startswith("inputs INPUT0 [2,3] and INPUT1 [2,4] do not fit model 'm': TensorRT: ")
+        assert "dimensions not compatible for elementwise: [2, 3] and [2, 4]" in message
+        assert "error code" not in message  # TensorRT's logged words, not the binding's bare code
+        feeds = _feeds((2, 4))
+        np.testing.assert_array_equal(
+            instance.execute(feeds, ["OUTPUT0"])["OUTPUT0"], feeds["INPUT0"] + feeds["INPUT1"]
+        )
     finally:
         instance.close()
 

@@ -8,8 +8,10 @@ fails the load.
 
 The config is completed from the engine as Triton does for plans and checked against it (``_tensorrt_spec``);
 at request time an input shape outside the instance's profile is a 400 naming the tensor and the range, before
-anything is copied to the GPU. The engine class is handed in by the registry's factory, which imports TensorRT
-and cuda-python only when a model asks for this backend.
+anything is copied to the GPU, and inputs that fit the profile one by one but not each other (TensorRT's
+``infer_shapes`` raises) a 400 naming the inputs and their shapes in TensorRT's words. The engine class is
+handed in by the registry's factory, which imports TensorRT and cuda-python only when a model asks for this
+backend.
 """
 
 from __future__ import annotations
@@ -25,7 +27,15 @@ from modelsvc.protocol import InternalError, InvalidArgument, Unavailable
 
 from .._base import Arrays, ModelConfig, ModelInstance, ModelLoadError
 from .._devices import placements, visible_gpus
-from ._tensorrt_spec import EngineDescription, autocomplete_config, check_config, check_request_shapes, choose_profiles
+from .._shapes import InputsMismatch, shapes_of
+from ._tensorrt_spec import (
+    EngineDescription,
+    InputShapesRejected,
+    autocomplete_config,
+    check_config,
+    check_request_shapes,
+    choose_profiles,
+)
 
 _KIND_GPU = 1  # model_config_pb2.ModelInstanceGroup.KIND_GPU
 
@@ -69,6 +79,8 @@ class TensorRTInstance:
         try:
             with self._lock:
                 return engine.infer(inputs, list(output_names))
+        except InputShapesRejected as exc:
+            raise InputsMismatch(shapes_of(inputs), f"TensorRT: {exc}", self.model) from exc
         except ValueError as exc:
             raise InvalidArgument(f"model '{self.model}': {exc}") from exc
         except RuntimeError as exc:

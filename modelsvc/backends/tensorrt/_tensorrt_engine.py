@@ -24,6 +24,7 @@ from ._tensorrt_spec import (
     EngineDescription,
     EngineProfile,
     EngineTensor,
+    InputShapesRejected,
     config_datatype,
     deserialize_failure_message,
 )
@@ -253,6 +254,12 @@ class PlanEngine:
                 device = self._gpu.setdefault(tensor.name, _DeviceBuffer()).ensure(array.nbytes)
                 _check(cudart.cudaMemcpyAsync(device, host.ctypes.data, array.nbytes, _H2D, stream))
                 context.set_tensor_address(tensor.name, device)
+            with capture() as log:  # shapes that fit the profile one by one may not fit each other
+                try:
+                    context.infer_shapes()
+                except RuntimeError as exc:
+                    _check(cudart.cudaStreamSynchronize(stream))  # the inputs' copies read the host buffers
+                    raise InputShapesRejected(" | ".join(log.errors[-3:]) or str(exc)) from exc
             shapes: dict[str, tuple[int, ...]] = {}
             for tensor in self.description.outputs:
                 if tensor.name in self._allocators:

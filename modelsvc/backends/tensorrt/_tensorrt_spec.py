@@ -42,6 +42,13 @@ TRT_TO_CONFIG: dict[str, str] = {
 }
 
 
+class InputShapesRejected(ValueError):
+    """TensorRT's shape inference rejects the inputs' shapes together (``IExecutionContext.infer_shapes`` raised:
+    "shape inference fails due to reasons other than insufficiently specified tensors"), e.g. an elementwise layer
+    given [2,3] and [2,4], or two inputs of one named ONNX dimension given two sizes. The message is TensorRT's
+    own logged error."""
+
+
 def config_datatype(trt_name: str) -> str:
     """The Triton datatype of a TensorRT ``DataType`` name; a type Triton cannot carry keeps TensorRT's name
     (``FP8``, ``INT4``), which the load-time checks then refuse naming the tensor."""
