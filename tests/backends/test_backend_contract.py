@@ -32,6 +32,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from modelsvc.backends import ModelLoadError, get_backend
+from modelsvc.protocol import ErrorKind, ModelsvcError
 from modelsvc.repository import ModelRepository
 from modelsvc.tools import onnx_models as om
 from tests._python_models import write_python_model
@@ -114,6 +115,12 @@ class TritonPythonModel:
                 outputs = [pb_utils.Tensor("OUTPUT0", a)]
             else:
                 b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
+                if a.shape != b.shape:  # what Triton's python backend leaves to the model: a raise would be a 500
+                    shown = [f"{{n}} [{{','.join(map(str, x.shape))}}]" for n, x in (("INPUT0", a), ("INPUT1", b))]
+                    message = f"inputs {{' and '.join(shown)}} do not fit: add_sub takes one shape"
+                    error = pb_utils.TritonError(message, pb_utils.TritonError.INVALID_ARG)
+                    responses.append(pb_utils.InferenceResponse(error=error))
+                    continue
                 outputs = [pb_utils.Tensor("OUTPUT0", a + b), pb_utils.Tensor("OUTPUT1", a - b)]
             responses.append(pb_utils.InferenceResponse(output_tensors=outputs))
         return responses
@@ -360,6 +367,97 @@ def test_a_bad_request_is_invalid_argument_naming_the_tensor(
     assert "INPUT1" in str(grpc_info.value)
     result = http.infer("add_sub", [infer_input(k, v) for k, v in good.items()])  # and the server serves on
     assert_outputs(ADD_SUB, good, result.as_numpy)
+
+
+# --- inputs that each fit the config but not each other (issue 29) ----------------------------------------------
+
+
+def mismatched(rows: int = 2) -> dict[str, np.ndarray[Any, Any]]:
+    """add_sub's inputs, each fitting its config entry (dims [-1]), that the model cannot add: [rows,3] + [rows,4]."""
+    rng = np.random.default_rng(rows)
+    return {
+        "INPUT0": rng.standard_normal((rows, 3)).astype(np.float32),
+        "INPUT1": rng.standard_normal((rows, 4)).astype(np.float32),
+    }
+
+
+def assert_names_the_inputs(message: str, rows: int = 2) -> None:
+    assert f"INPUT0 [{rows},3]" in message, message
+    assert f"INPUT1 [{rows},4]" in message, message
+
+
+def test_an_instance_refuses_inputs_that_do_not_fit_each_other(case: BackendCase, repository: Path) -> None:
+    gpus = () if case.device == "cpu" else None
+    created = instances(ModelRepository(repository, gpus=gpus).load("add_sub"))
+    try:
+        for instance in created:
+            with pytest.raises(ModelsvcError) as info:
+                instance.execute(mismatched(), ADD_SUB.outputs)
+            assert info.value.kind is ErrorKind.INVALID_ARGUMENT, info.value
+            assert_names_the_inputs(str(info.value))
+            good = batch(ADD_SUB, rows=2, n=3)  # and the instance serves on
+            assert_outputs(ADD_SUB, good, instance.execute(good, ADD_SUB.outputs).__getitem__)
+    finally:
+        for instance in created:
+            instance.close()
+
+
+def test_inputs_that_do_not_fit_each_other_are_invalid_argument_naming_them(
+    server: ModelsvcProcess, http: httpclient.InferenceServerClient
+) -> None:
+    bad = mismatched()
+    with pytest.raises(InferenceServerException) as info:
+        http.infer("add_sub", [infer_input(k, v) for k, v in bad.items()])
+    assert info.value.status() == "400"
+    assert_names_the_inputs(str(info.value))
+    with grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}") as client:
+        grpc_inputs = []
+        for name, array in bad.items():
+            grpc_inputs.append(grpcclient.InferInput(name, list(array.shape), "FP32"))
+            grpc_inputs[-1].set_data_from_numpy(array)
+        with pytest.raises(InferenceServerException) as grpc_info:
+            client.infer("add_sub", grpc_inputs)
+    assert str(grpc_info.value.status()) == "StatusCode.INVALID_ARGUMENT"
+    assert_names_the_inputs(str(grpc_info.value))
+    good = batch(ADD_SUB, rows=2, n=3)  # and the server serves on
+    assert_outputs(ADD_SUB, good, http.infer("add_sub", [infer_input(k, v) for k, v in good.items()]).as_numpy)
+
+
+def test_a_mismatch_fails_only_its_own_requests_each_naming_its_own_shapes(server: ModelsvcProcess) -> None:
+    """Two mismatched requests (1 and 3 rows) fill "held"'s preferred batch of 4 and run as one batch: each hears
+    of its own shapes. Mismatched requests sent among good ones to "add_sub" fail alone: the dynamic batcher
+    merges only requests of the same shapes past the batch dimension, so a good one never shares their batch."""
+
+    def send(model: str, inputs: dict[str, np.ndarray[Any, Any]]) -> Any:
+        with httpclient.InferenceServerClient(server.url) as client:
+            try:
+                return client.infer(model, [infer_input(k, v) for k, v in inputs.items()])
+            except InferenceServerException as exc:
+                return exc
+
+    before = server.model_stats("held")
+    started = time.monotonic()
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(send, ["held", "held"], [mismatched(1), mismatched(3)]))
+    assert time.monotonic() - started < 25, "the batch did not form: it waited out its delay"
+    for rows, result in zip((1, 3), results, strict=True):
+        assert isinstance(result, InferenceServerException), result
+        assert result.status() == "400", result
+        assert_names_the_inputs(str(result), rows)
+    after = server.model_stats("held")
+    assert after["inference_stats"]["fail"]["count"] - before["inference_stats"]["fail"]["count"] == 2
+
+    sent = [mismatched(1) if i % 2 else batch(ADD_SUB, rows=1, n=4, seed=i) for i in range(8)]
+    with ThreadPoolExecutor(len(sent)) as pool:
+        answers = list(pool.map(send, ["add_sub"] * len(sent), sent))
+    for inputs, answer in zip(sent, answers, strict=True):
+        if inputs["INPUT0"].shape != inputs["INPUT1"].shape:
+            assert isinstance(answer, InferenceServerException), answer
+            assert answer.status() == "400", answer
+            assert_names_the_inputs(str(answer), 1)
+        else:
+            assert not isinstance(answer, InferenceServerException), answer
+            assert_outputs(ADD_SUB, inputs, answer.as_numpy)
 
 
 def test_a_model_whose_config_disagrees_is_unavailable_with_the_reason(server: ModelsvcProcess) -> None:
