@@ -8,7 +8,10 @@ For the same two models (``add_sub`` and ``identity``) and the same configs, wha
   the model and the tensor, and such a model stays UNAVAILABLE on a server with that reason while the others serve;
 - through ``modelsvc serve``: tritonclient HTTP and gRPC get the right outputs and the right model metadata;
   concurrent requests are batched by the dynamic batcher; a wrong datatype or shape is a 400 / INVALID_ARGUMENT
-  naming the tensor, and the server serves on.
+  naming the tensor, and the server serves on;
+- inputs that each fit the config but not each other (add_sub's INPUT0 [2,3] with INPUT1 [2,4]) are refused by
+  the instance and, through the server, are a 400 / INVALID_ARGUMENT naming both inputs and their shapes, each
+  request of a merged batch hearing of its own, good requests beside them served (issue 29).
 
 A new backend adds one entry to BACKEND_CASES: a BackendCase whose ``write`` puts a model folder (config.pbtxt,
 version folder, model file) into a repository. What the existing tests of a backend already cover in depth (every
