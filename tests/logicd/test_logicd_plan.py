@@ -1,29 +1,26 @@
 """``logicd plan`` (logicd.plan): the plan file's checks, capacity from a sweep's results.json, the bin packing's
-edge cases, the example's shape (naive GPU move dearer than before, split with packing cheaper), the CLI's exit
-status and outputs (in-process), and the Helm values rendered by the chart. The README's two commands run as a
-subprocess in tests/test_readme.py."""
+edge cases, the example's shape (split with packing cheapest, the naive move sized fairly just above it, before
+dearest), the CLI's exit status and outputs (in-process). The closed-form packing against pod-by-pod placement is
+in test_logicd_plan_pack.py, accelerators side by side and break-even in test_logicd_plan_accelerators.py, bad
+numbers in test_logicd_plan_numbers.py, the values rendered by the chart in tests/deploy/test_plan_values.py; the
+README's commands run as a subprocess in tests/test_readme.py."""
 
 from __future__ import annotations
 
-import copy
 import json
-import os
-import subprocess
 from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
 
-import jsonschema
 import pytest
 import yaml
 
 from loadtests import loadgen, sweep
 from logicd._cli import main
-from logicd.plan import PlanError, Planned, as_json, example_plan, parse_plan, plan_all, values_for
-from logicd.plan._pack import reserved_cpu, reserved_memory
+from logicd.plan import PlanError, Planned, as_json, example_plan, parse_plan, plan_all
+from logicd.plan._pack import Node, expand, reserved_cpu, reserved_memory
 
 ROOT = Path(__file__).resolve().parents[2]
-CHART = ROOT / "helm" / "ml-service"
 
 NODES = """
 node_types:
@@ -33,8 +30,8 @@ cluster: {headroom: 0, min_replicas: 1, daemonsets: {cpu: 0, memory: 0Mi}, gpu_d
 """
 
 
-def planned(text: str, base: Path = ROOT) -> Planned:
-    return plan_all(parse_plan(text, "plan.yaml"), base, "plan.yaml")
+def planned(text: str, base: Path = ROOT, sensitive: bool = False) -> Planned:
+    return plan_all(parse_plan(text, "plan.yaml"), base, "plan.yaml", sensitive=sensitive)
 
 
 def fails(text: str, base: Path = ROOT) -> str:
@@ -43,8 +40,9 @@ def fails(text: str, base: Path = ROOT) -> str:
     return str(info.value)
 
 
-def pods_on(nodes: list[Any]) -> list[list[str]]:
-    return [sorted(p.label for p in n.pods) for n in nodes]
+def pods_on(nodes: list[Node]) -> list[list[str]]:
+    """Each node (groups expanded) as the sorted labels of its pods."""
+    return [sorted(p.label for p, n in node.pods.items() for _ in range(n)) for node in expand(nodes)]
 
 
 # --- the example ------------------------------------------------------------------------------------------
@@ -56,24 +54,40 @@ def example() -> Planned:
 
 
 def test_the_example_reproduces_the_shape_of_the_move(example: Planned) -> None:
-    """From the inputs alone: the naive move to GPUs costs more than before; split with packing costs less."""
+    """From the inputs alone: before (CPU only) is dearest; split with packing is cheapest; the naive move, a
+    monolith per GPU node holding the logic workers that keep its GPU busy, costs only a little more."""
     cost = {o.name: o.cost_peak for o in example.options if not o.unavailable}
-    assert cost["monolith-per-gpu-node"] > cost["cpu-only"] > cost["split-packed"]
+    assert cost["cpu-only"] > cost["monolith-per-gpu-node"] > cost["split-packed"]
+    assert cost["monolith-per-gpu-node"] < 1.05 * cost["split-packed"]
     assert min(cost, key=cost.__getitem__) == "split-packed"
     naive = example.option("monolith-per-gpu-node")
-    gpu_nodes = [n for n in naive.nodes_peak if n.shape.gpu]
-    assert gpu_nodes
-    assert all(len(n.pods) == 1 for n in gpu_nodes)
+    gpu_nodes = [n for n in expand(naive.nodes_peak) if n.shape.gpu]
+    monolith = next(d for d in naive.deployments if d.pod.half == "monolith")
+    # g5.2xlarge leaves 7410m beside the model's 2 CPUs for 5 one-CPU workers of 20 req/s: the model's 100 req/s
+    assert monolith.capacity_rps == 100
+    assert monolith.pod.cpu == 2000 + 5 * 1000
+    assert monolith.note == "5 logic worker(s) beside the model"
+    assert len(gpu_nodes) == monolith.peak == 6  # ceil(400 / (100 x 0.75))
+    assert all(sum(n.pods.values()) == 1 for n in gpu_nodes)
     split = example.option("split-packed")
     on_gpu = [p for n in split.nodes_peak if n.shape.gpu for p in n.pods if not p.gpu]
     assert {p.half for p in on_gpu} >= {"logic", "model"}  # logic pods and CPU models on GPU nodes' spare CPUs
     assert all(o.cost_average < o.cost_peak for o in example.options if not o.unavailable)
 
 
-def test_allocatable_follows_the_gke_reservation() -> None:
+def test_allocatable_follows_the_gke_or_the_eks_reservation() -> None:
     assert reserved_cpu(4000) == 80  # 6 % + 1 % + 2 x 0.5 % of a core
     assert reserved_cpu(8000) == 90
     assert abs(reserved_memory(16 * 2**30) - (2.6 * 2**30 + 100 * 2**20)) <= 1  # 1 + 0.8 + 0.8 GiB + eviction
+    assert reserved_memory(16 * 2**30, "eks", 29) == (11 * 29 + 255 + 100) * 2**20  # per pod, not per GiB
+    node = "  - {name: g, vcpus: 4, memory: 16Gi, max_pods: 29, price_per_hour: 1}\n"
+    base = "services:" + cpu_service(peak=1)
+    gke = planned("node_types:\n" + node + base).shapes[0]
+    eks = planned("cluster: {kubelet_reservation: eks}\nnode_types:\n" + node + base).shapes[0]
+    daemonsets = (512) * 2**20
+    assert gke.memory == 16 * 2**30 - reserved_memory(16 * 2**30) - daemonsets
+    assert eks.memory == 16 * 2**30 - (11 * 29 + 255 + 100) * 2**20 - daemonsets
+    assert gke.cpu == eks.cpu == 4000 - 80 - 300
 
 
 # --- bin packing ------------------------------------------------------------------------------------------
@@ -97,14 +111,17 @@ def test_exactly_full_nodes() -> None:
     assert [n.shape.name for n in full.nodes_peak] == ["cpu4"]
     assert (full.nodes_peak[0].cpu, full.nodes_peak[0].memory) == (4000, 8 * 2**30)
     over = planned(NODES + "services:" + cpu_service(peak=5)).option("split-packed")
-    assert [len(n.pods) for n in over.nodes_peak] == [4, 1]
+    assert [len(p) for p in pods_on(over.nodes_peak)] == [4, 1]
 
 
 def test_a_part_filled_node_becomes_the_cheapest_type_that_holds_its_pods() -> None:
     small = "  - {name: cpu1, vcpus: 1, memory: 4Gi, price_per_hour: 0.06, allocatable: {cpu: 1, memory: 2Gi}}\n"
     text = NODES.replace("cluster:", small + "cluster:") + "services:" + cpu_service(peak=5)
     nodes = planned(text).option("split-packed").nodes_peak
-    assert sorted((n.shape.name, len(n.pods)) for n in nodes) == [("cpu1", 1), ("cpu4", 4)]  # $0.26, not 5 x cpu1
+    assert sorted((n.shape.name, sum(n.pods.values())) for n in expand(nodes)) == [
+        ("cpu1", 1),
+        ("cpu4", 4),
+    ]  # $0.26, not 5 x cpu1
 
 
 def test_a_pod_bigger_than_every_node_names_the_service() -> None:
@@ -145,14 +162,17 @@ def test_gpu_pods_only_on_gpu_nodes_and_cpu_pods_on_their_spare_cpus() -> None:
     # the model pod on the GPU node, the 4 logic pods and the 2 CPU pods on its spare 6 CPUs: no CPU node opened
     assert pods_on(split.nodes_peak) == [["pair/logic"] * 4 + ["pair/model"] + ["side/pod"] * 2]
     naive = p.option("monolith-per-gpu-node")
-    # the monolith serves what its logic serves: 4 of them, each alone on a GPU node; the CPU service on a CPU node
-    assert sorted(n.shape.name for n in naive.nodes_peak) == ["cpu4"] + ["gpu8"] * 4
-    assert p.option("cpu-only").unavailable == "pair's model needs a GPU and has no model.on_cpu"
+    # the monolith holds the model and the 4 logic workers (of 25 req/s) that keep it busy: one, alone on a GPU
+    # node, serves the 100 req/s; the CPU service on a CPU node
+    assert sorted(n.shape.name for n in expand(naive.nodes_peak)) == ["cpu4", "gpu8"]
+    (monolith,) = [d for d in naive.deployments if d.pod.half == "monolith"]
+    assert (monolith.pod.cpu, monolith.capacity_rps, monolith.peak) == (2000 + 4 * 1000, 100, 1)
+    assert p.option("cpu-only").unavailable == "pair's model needs an accelerator and has no model.on_cpu"
 
 
 def test_max_pods_and_node_type_restrictions() -> None:
     text = NODES.replace("price_per_hour: 0.2,", "price_per_hour: 0.2, max_pods: 2,") + "services:"
-    assert [len(n.pods) for n in planned(text + cpu_service(peak=3)).option("split-packed").nodes_peak] == [2, 1]
+    assert [len(p) for p in pods_on(planned(text + cpu_service(peak=3)).option("split-packed").nodes_peak)] == [2, 1]
     pinned = planned(NODES + "services:" + cpu_service(peak=1, pod=", node_types: [gpu8]")).option("split-packed")
     assert [n.shape.name for n in pinned.nodes_peak] == ["gpu8"]
 
@@ -195,7 +215,9 @@ def sweep_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def swept(budget: float, sweep_path: str) -> str:
-    return NODES + f"""services:
+    return (
+        NODES
+        + f"""services:
   - name: m
     kind: model
     peak_rps: 100
@@ -204,6 +226,7 @@ def swept(budget: float, sweep_path: str) -> str:
       resources: {{cpu: 2, memory: 4Gi}}
       inferences_per_request: 2
       capacity: {{sweep: {sweep_path}}}"""
+    )
 
 
 def test_capacity_is_the_best_row_within_the_budget(sweep_dir: Path) -> None:
@@ -270,6 +293,17 @@ def test_the_cli_exits_2_naming_what_to_change(tmp_path: Path, capsys: pytest.Ca
     assert "logicd plan --example > plan.yaml" in capsys.readouterr().err
     assert main(["plan", str(bad), "--picture", "plan.png"]) == 2
     assert "--picture writes SVG: name a .svg file" in capsys.readouterr().err
+    assert main(["plan", "--example", "nope"]) == 2
+    assert "--example 'nope': the examples are default, accelerators" in capsys.readouterr().err
+    bad.write_text(example_plan())
+    values = tmp_path / "values"
+    assert main(["plan", str(bad), "--write-values", str(values), "--values-option", "cpu-only"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        "--values-option: 'cpu-only' is not an available split-packed option of this plan; it has split-packed" in err
+    )
+    assert len(err.strip().splitlines()) == 1
+    assert not values.exists()  # refused before anything is written
 
 
 def test_the_cli_writes_table_json_picture_and_values(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -290,58 +324,7 @@ def test_the_cli_writes_table_json_picture_and_values(tmp_path: Path, capsys: py
     assert ElementTree.parse(svg).getroot().tag.endswith("svg")
     services = yaml.safe_load(plan.read_text())["services"]
     assert sorted(p.stem for p in values.glob("*.yaml")) == sorted(s["name"] for s in services)
-
-
-# --- helm values ------------------------------------------------------------------------------------------
-
-
-def test_values_follow_capacity_and_budget(example: Planned) -> None:
-    v = values_for(example, "doc-classifier")
-    assert v["gpu"] == {"enabled": True, "count": 1}
-    assert v["logic"]["autoscaling"]["keda"]["requestRate"]["targetPerReplica"] == 15.0  # 20 req/s x (1 - 0.25)
-    keda = v["model"]["autoscaling"]["keda"]
-    assert keda["queueTime"]["targetMicroseconds"] == 130_000  # half of 300 ms budget - 40 ms p50
-    assert keda["pendingRequests"]["targetPerReplica"] == 156.0  # 800 calls/s x 0.75 x 0.26 s
-    assert v["model"]["replicas"] == v["model"]["autoscaling"]["maxReplicas"] == 6
-    cpu_pair = values_for(example, "pii-detect")  # packed onto GPU nodes: it tolerates their taint
-    assert cpu_pair["gpu"]["enabled"] is False
-    assert cpu_pair["model"]["tolerations"][0]["key"] == "nvidia.com/gpu"
-
-
-def merged(base: Any, over: Any) -> Any:
-    if isinstance(base, dict) and isinstance(over, dict):
-        out = copy.deepcopy(base)
-        for k, v in over.items():
-            out[k] = merged(base.get(k), v) if k in base else v
-        return out
-    return over
-
-
-def test_values_pass_the_chart_schema_and_render(example: Planned, tmp_path: Path) -> None:
-    """Each service's values merged over the chart's defaults validate against values.schema.json; where a helm
-    binary is at hand (tests/deploy/test_helm_chart.py installs one into .tools/), `helm template` renders them."""
-    schema = json.loads((CHART / "values.schema.json").read_text())
-    defaults = yaml.safe_load((CHART / "values.yaml").read_text())
-    for s in example.services:
-        jsonschema.validate(merged(defaults, values_for(example, s.name)), schema)
-    helm = os.environ.get("HELM") or str(ROOT / ".tools" / "helm-3.10.1-1" / "helm")
-    if not Path(helm).is_file():
-        pytest.skip("no helm binary (tests/deploy/test_helm_chart.py installs it): the schema check above ran")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HELM_", "KUBE"))}
-    env.update(HELM_CONFIG_HOME=str(tmp_path / "c"), HELM_CACHE_HOME=str(tmp_path / "k"),
-               HELM_DATA_HOME=str(tmp_path / "d"), KUBECONFIG=str(tmp_path / "none"))  # fmt: skip
-    for name in ("doc-classifier", "pii-detect"):
-        v = values_for(example, name)
-        values = tmp_path / f"{name}.yaml"
-        values.write_text(yaml.safe_dump(v))
-        args = [helm, "template", name, str(CHART), "-f", str(values), "--set", "autoscaling.engine=keda"]
-        done = subprocess.run(args, capture_output=True, text=True, timeout=60, env=env)
-        assert done.returncode == 0, done.stderr
-        docs = [d for d in yaml.safe_load_all(done.stdout) if d]
-        model = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"].endswith("-model"))
-        resources = model["spec"]["template"]["spec"]["containers"][0]["resources"]
-        assert resources["requests"] == v["model"]["resources"]["requests"]
-        scaled = [d for d in docs if d["kind"] == "ScaledObject"]
-        assert {d["spec"]["maxReplicaCount"] for d in scaled} == {
-            v[half]["autoscaling"]["maxReplicas"] for half in ("logic", "model")
-        }
+    assert data["sensitivity"]["traffic"]["levels"][0] == "average"
+    assert {o["name"]: o["cost_per_hour"]["average"] for o in data["options"] if not o["unavailable"]} == {
+        name: pytest.approx(row[0], abs=1e-4) for name, row in data["sensitivity"]["traffic"]["cost_per_hour"].items()
+    }  # the table's average column is each option's own average sizing
