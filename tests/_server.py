@@ -126,6 +126,9 @@ class ModelsvcProcess(ServerProcess):
             str(self.metrics_port),
             "--grpc-port",
             str(self.grpc_port),
+            # one process, whatever the machine (--workers auto starts ingest workers above 2 CPUs): tests of the
+            # workers ask for them
+            *(() if "--workers" in self.extra else ("--workers", "0")),
             *self.extra,
         ]
 

@@ -145,6 +145,23 @@ def add(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     ):  # fmt: skip
         s.add_argument(flag, type=kind, default=None, metavar=metavar, help=f"h2 engine: {text}. modelsvc's own flag")
     s.add_argument(
+        "--workers",
+        type=_workers,
+        default="auto",
+        metavar="N|auto",
+        help="ingest worker processes that share the HTTP and gRPC ports and do each request's protocol work, "
+        "sending it to this process, which owns the models (default auto: none with 2 CPUs or fewer, else one per "
+        "CPU but this one's; 0: this process serves the ports itself). modelsvc's own flag",
+    )
+    s.add_argument(
+        "--ingest-arena-bytes",
+        type=message_size,
+        default=None,
+        metavar="BYTES",
+        help="shared memory per worker and direction for tensors of 64 KiB or more (default 64 MiB; past it they "
+        "go through the worker's socket). modelsvc's own flag",
+    )
+    s.add_argument(
         "--exit-timeout-secs",
         type=int,
         default=30,
@@ -213,7 +230,14 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if load_models and mode is not ModelControlMode.EXPLICIT:
         logging.getLogger("modelsvc").warning("--load-model only applies in --model-control-mode explicit")
+    from ..server.ingest import DEFAULT_ARENA_BYTES, resolve_workers
+
+    workers = resolve_workers(args.workers)
+    if workers:
+        logging.getLogger("modelsvc").info("--workers %s: %d ingest worker processes", args.workers, workers)
     options = ServeOptions(
+        workers=workers,
+        ingest_arena_bytes=args.ingest_arena_bytes or DEFAULT_ARENA_BYTES,
         model_repository=repository,
         http_address=args.http_address,
         http_port=args.http_port,
@@ -245,6 +269,18 @@ def run(args: argparse.Namespace) -> int:
         grpc_restricted=grpc_restricted,
     )
     return _run(serve(options))
+
+
+def _workers(text: str) -> str:
+    """``--workers``: ``auto`` or a count of 0 or more."""
+    if text == "auto":
+        return text
+    try:
+        if int(text) >= 0:
+            return str(int(text))
+    except ValueError:
+        pass
+    raise argparse.ArgumentTypeError(f"expected a count of 0 or more, or auto, got {text!r}")
 
 
 def _run(coro: object) -> int:

@@ -18,6 +18,7 @@ from ..repository import ModelRepository, RemoteRepository, RemoteRepositoryErro
 from ._restricted import RestrictedApis
 from .grpc import DEFAULT_MAX_MESSAGE_BYTES, GrpcServer, H2Limits
 from .http import HttpServer, InferEndpoint, create_http_app
+from .ingest import DEFAULT_ARENA_BYTES, Ingest
 from .observe import DEFAULT_INTERVAL_MS, Metrics, NvmlReader, SystemMetrics, TraceSettings, start_tracing
 
 logger = logging.getLogger("modelsvc")
@@ -54,6 +55,11 @@ class ServeOptions:
     """What serves gRPC: ``h2`` (HTTP/2 in the event loop) or ``grpcio`` (grpcio's aio server)."""
     grpc_limits: H2Limits = field(default_factory=H2Limits)
     """The h2 engine's bounds on what a client may make the server hold (``--grpc-max-concurrent-streams``...)."""
+    workers: int = 0
+    """Ingest worker processes (``--workers``, resolved): 0 runs the doors in this process, as Triton's one process;
+    N > 0 starts N processes that share the HTTP and gRPC ports and send each inference to this one (``ingest``)."""
+    ingest_arena_bytes: int = DEFAULT_ARENA_BYTES
+    """Shared memory per worker and direction for large tensors (``--ingest-arena-bytes``)."""
     exit_timeout_secs: int = 30
     log_verbose: int = 0
     trace: TraceSettings = field(default_factory=TraceSettings)
@@ -123,6 +129,7 @@ async def serve(options: ServeOptions) -> int:
 async def _serve(options: ServeOptions, models: ModelManager, dataplane: DataPlane) -> int:
     dataplane.accepting = True
     servers: list[HttpServer] = []
+    ingest = Ingest(options) if options.workers > 0 else None
     grpc_server: GrpcServer | None = None
     system = None
     if options.allow_metrics:  # sampled from before the endpoints open: the first scrape has the values
@@ -141,23 +148,38 @@ async def _serve(options: ServeOptions, models: ModelManager, dataplane: DataPla
                 engine=options.grpc_engine,
                 limits=options.grpc_limits,
             )
-            await grpc_server.start(options.grpc_address, options.grpc_port)
-            logger.info("gRPC v2 endpoint on %s:%d (engine %s)", *grpc_server.address, options.grpc_engine)
+            if ingest is not None:
+                await grpc_server.start_unix(ingest.grpc_socket)
+            else:
+                await grpc_server.start(options.grpc_address, options.grpc_port)
+                logger.info("gRPC v2 endpoint on %s:%d (engine %s)", *grpc_server.address, options.grpc_engine)
         if options.allow_http:
             restricted = options.http_restricted
             app = create_http_app(dataplane, max_body_size=options.http_max_input_size, restricted=restricted)
             endpoint = InferEndpoint(dataplane, restricted)
             http = HttpServer(app, infer=endpoint, max_body_size=options.http_max_input_size)
-            await http.start(options.http_address, options.http_port)
             servers.append(http)
-            logger.info("HTTP v2 endpoint on %s:%d", *http.address)
+            if ingest is not None:
+                await http.start_unix(ingest.http_socket)
+            else:
+                await http.start(options.http_address, options.http_port)
+                logger.info("HTTP v2 endpoint on %s:%d", *http.address)
         if options.allow_metrics:
             metrics = HttpServer(create_metrics_app(Metrics(models, system)))
             await metrics.start(options.metrics_address, options.metrics_port)
             servers.append(metrics)
             logger.info("metrics on %s:%d/metrics", *metrics.address)
+        if ingest is not None:
+            await ingest.start(dataplane)
+            logger.info(
+                "HTTP v2 endpoint on %s:%d, gRPC on %s:%d (engine %s): %d ingest workers",
+                options.http_address, options.http_port, options.grpc_address, options.grpc_port,
+                options.grpc_engine, ingest.count,
+            )  # fmt: skip
     except OSError as exc:
         logger.error("cannot open an endpoint: %s", exc)
+        if ingest is not None:
+            await ingest.stop(0)
         await asyncio.gather(*(s.shutdown(0) for s in servers), *_grpc_shutdown(grpc_server, 0))
         if system is not None:
             await system.stop()
@@ -182,6 +204,8 @@ async def _serve(options: ServeOptions, models: ModelManager, dataplane: DataPla
                     conn.close()
             if grpc_server is not None:
                 grpc_server.stop_now()
+            if ingest is not None:
+                ingest.kill()
             return
         logger.info("%s received: draining in-flight requests, then exiting", sig.name)
         dataplane.draining = True
@@ -191,6 +215,8 @@ async def _serve(options: ServeOptions, models: ModelManager, dataplane: DataPla
         loop.add_signal_handler(sig, stop, sig)
     try:
         await stopping.wait()
+        if ingest is not None:  # first: the workers answer what they have read, through this engine
+            await ingest.stop(options.exit_timeout_secs)
         if poller is not None:
             await poller.stop()
         # Together: the schedulers run what is queued now (no batch delay waits any longer), and the

@@ -270,12 +270,19 @@ class H2GrpcServer:
         self._none_left = asyncio.Event()
         self._server: asyncio.Server | None = None
 
-    async def start(self, host: str, port: int) -> int:
-        """Listen; the port bound (OSError when that fails)."""
+    async def start(self, host: str, port: int, *, reuse_port: bool = False) -> int:
+        """Listen; the port bound (OSError when that fails). ``reuse_port``: SO_REUSEPORT (the ingest workers)."""
         loop = asyncio.get_running_loop()
         bind_host = host.strip("[]") if host.startswith("[") else host
-        self._server = await loop.create_server(self._connection, bind_host or None, port)
+        self._server = await loop.create_server(
+            self._connection, bind_host or None, port, reuse_port=reuse_port or None
+        )
         return int(self._server.sockets[0].getsockname()[1])
+
+    async def start_unix(self, path: str) -> int:
+        """Listen on the Unix socket ``path``; 0 for the port."""
+        self._server = await asyncio.get_running_loop().create_unix_server(self._connection, path)
+        return 0
 
     def _connection(self) -> H2Connection:
         conn = H2Connection(self.calls, self.calls.max_message_size, self._closed, self.limits, self.budget)

@@ -235,10 +235,12 @@ class GrpcServer:
         restricted: RestrictedApis | None = None,
         engine: str = "h2",
         limits: H2Limits | None = None,
+        service: InferenceService | None = None,
     ) -> None:
         if engine not in ("h2", "grpcio"):
             raise ValueError(f"unknown gRPC engine {engine!r}: 'h2' or 'grpcio'")
-        self.service = InferenceService(dataplane)
+        self.service = service if service is not None else InferenceService(dataplane)
+        """The service the calls go to (an ingest worker passes its own, which forwards all but inference)."""
         self.max_message_size = max_message_size
         self.restricted = restricted
         """``--grpc-restricted-protocol`` groups: calls without their metadata get UNAVAILABLE."""
@@ -250,14 +252,22 @@ class GrpcServer:
         self._h2: H2GrpcServer | None = None
         self._stopping: asyncio.Future[None] | None = None
 
-    async def start(self, host: str, port: int) -> None:
-        """Listen on ``host:port`` (port 0: any free one, see ``address``); OSError when that fails."""
+    async def start(self, host: str, port: int, *, reuse_port: bool = False) -> None:
+        """Listen on ``host:port`` (port 0: any free one, see ``address``); OSError when that fails. ``reuse_port``:
+        share the port with other processes (SO_REUSEPORT, Triton's ``--reuse-grpc-port``: the ingest workers)."""
         target = f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
+        await self._listen(target, host, port, reuse_port, None)
+
+    async def start_unix(self, path: str) -> None:
+        """Listen on the Unix socket ``path`` (the engine's door for its ingest workers)."""
+        await self._listen(f"unix:{path}", path, 0, False, path)
+
+    async def _listen(self, target: str, host: str, port: int, reuse_port: bool, unix: str | None) -> None:
         if self.engine == "h2":
             self.service._encode = _wire
             h2 = H2GrpcServer(GrpcCalls(self.service, self.max_message_size, self.restricted), self.limits)
             try:
-                bound = await h2.start(host, port)
+                bound = await (h2.start_unix(unix) if unix else h2.start(host, port, reuse_port=reuse_port))
             except OSError as exc:
                 raise OSError(f"cannot listen on {target} for gRPC: {exc}") from None
             self._h2 = h2
@@ -267,7 +277,8 @@ class GrpcServer:
             options=[
                 ("grpc.max_send_message_length", self.max_message_size),
                 ("grpc.max_receive_message_length", self.max_message_size),
-                ("grpc.so_reuseport", 0),  # a port in use is an error, as in Triton (--reuse-grpc-port false)
+                # a port in use is an error, as in Triton (--reuse-grpc-port false), unless asked
+                ("grpc.so_reuseport", int(reuse_port)),
             ],
             interceptors=[RestrictionInterceptor(self.restricted)] if self.restricted else None,
         )

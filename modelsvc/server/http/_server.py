@@ -121,13 +121,22 @@ class HttpServer:
         self._sweeper: asyncio.Task[None] | None = None
         self._drained = asyncio.Event()
 
-    async def start(self, host: str, port: int) -> None:
+    async def start(self, host: str, port: int, *, reuse_port: bool = False) -> None:
+        """Listen on ``host:port``. ``reuse_port``: share the port with other processes (SO_REUSEPORT, Triton's
+        ``--reuse-http-port``: the ingest workers)."""
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: _Connection(self, loop), host, port, backlog=4096, reuse_address=True
+            lambda: _Connection(self, loop), host, port, backlog=4096, reuse_address=True, reuse_port=reuse_port or None
         )
         sockname = self._server.sockets[0].getsockname()
         self.address = (sockname[0], sockname[1])
+        self._sweeper = loop.create_task(self._sweep_idle())
+
+    async def start_unix(self, path: str) -> None:
+        """Listen on the Unix socket ``path`` (the engine's door for its ingest workers)."""
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_unix_server(lambda: _Connection(self, loop), path, backlog=4096)
+        self.address = (path, 0)
         self._sweeper = loop.create_task(self._sweep_idle())
 
     async def shutdown(self, grace_s: float) -> None:
@@ -189,7 +198,6 @@ class HttpServer:
             conn.peer,
             conn.lost,
         )
-
 
 
 class _Connection(asyncio.Protocol):

@@ -1,0 +1,7 @@
+"""``python -m modelsvc.server.ingest SPEC INDEX``: one ingest worker, as the engine starts it."""
+
+import sys
+
+from ._worker import main
+
+sys.exit(main(sys.argv[1:]))

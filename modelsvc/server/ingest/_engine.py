@@ -1,0 +1,168 @@
+"""The engine's end of the ingest channel: a Unix socket every worker connects to, one ``WorkerLink`` each.
+
+A link takes the worker's calls (decoded in C by msgspec, tensors as views on the frame or on the worker's arena),
+runs each as its own task through the one data plane (so the dynamic batcher sees the requests of every worker
+together), and writes the replies, collected within one turn of the event loop into one write. A worker that goes
+away takes its requests with it: those still running are cancelled (withdrawn when still queued).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from typing import TYPE_CHECKING, Any, cast
+
+from ...engine import http_error
+from ...protocol import Cancelled, ModelsvcError
+from ._arena import ArenaView, OwnedArena
+from ._wire import (
+    Call,
+    Cancel,
+    FrameReader,
+    Hello,
+    Release,
+    Welcome,
+    decode_to_engine,
+    error_reply,
+    frame,
+    reply_for,
+    request_of,
+)
+
+if TYPE_CHECKING:
+    from ...engine import DataPlane
+
+logger = logging.getLogger("modelsvc.ingest")
+
+
+class EngineChannel:
+    """Listens on ``path`` for the ingest workers and serves their calls through ``dataplane``."""
+
+    def __init__(self, dataplane: DataPlane, path: str, arena_size: int) -> None:
+        self.dataplane = dataplane
+        self.path = path
+        self.arena_size = arena_size
+        self.links: set[WorkerLink] = set()
+        self._server: asyncio.AbstractServer | None = None
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_unix_server(lambda: WorkerLink(self, loop), self.path)
+        os.chmod(self.path, 0o600)
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for link in list(self.links):
+            link.close()
+
+
+class WorkerLink(asyncio.Protocol):
+    """One worker's connection."""
+
+    def __init__(self, channel: EngineChannel, loop: asyncio.AbstractEventLoop) -> None:
+        self.channel = channel
+        self.loop = loop
+        self.transport: asyncio.Transport | None = None
+        self.reader = FrameReader()
+        self.tasks: dict[int, asyncio.Task[None]] = {}
+        self.inputs: ArenaView | None = None
+        self.outputs: OwnedArena | None = None
+        self.pid = 0
+        self._out: list[bytes] = []
+        self._flushing = False
+
+    # -- the socket -------------------------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass asyncio's
+        self.channel.links.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.channel.links.discard(self)
+        self.transport = None
+        for task in list(self.tasks.values()):
+            task.cancel()  # nobody is left to answer: a queued request is withdrawn, a running one is dropped
+        if self.outputs is not None:
+            self.outputs.unlink()
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            frames = self.reader.feed(data)
+            for body in frames:
+                self._take(decode_to_engine(body))
+        except Exception:  # a worker is ours: a frame we cannot read is a bug, and the link is done
+            logger.exception("ingest worker %d sent a frame the engine cannot read; closing its link", self.pid)
+            self.close()
+
+    def _send(self, message: Any) -> None:
+        self._out.append(frame(message))
+        if not self._flushing:
+            self._flushing = True
+            self.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flushing = False
+        out, self._out = self._out, []
+        if self.transport is not None and out:
+            self.transport.write(b"".join(out) if len(out) > 1 else out[0])
+
+    # -- messages ---------------------------------------------------------------------------------------------
+    def _take(self, message: Call | Cancel | Release | Hello) -> None:
+        if isinstance(message, Call):
+            task = self.loop.create_task(self._infer(message))
+            self.tasks[message.id] = task
+        elif isinstance(message, Cancel):
+            running = self.tasks.get(message.id)
+            if running is not None:
+                running.cancel()
+        elif isinstance(message, Release):
+            if self.outputs is not None:
+                for block in message.blocks:
+                    self.outputs.free(tuple(block))  # type: ignore[arg-type]
+        else:
+            self.pid = message.pid
+            self.inputs = ArenaView(message.arena, message.arena_size)
+            self.outputs = OwnedArena(self.channel.arena_size, prefix=f"modelsvc-out-{message.pid}")
+            self._send(Welcome(str(self.outputs.path), self.outputs.size))
+
+    def _trace(self, call: Call) -> Any:
+        tracing = self.channel.dataplane.tracing
+        if tracing is None or call.trace_headers is None:
+            return None
+        trace = tracing.start(call.model, call.version, call.trace_headers)
+        if trace is not None:
+            trace.request(call.request_id)
+        return trace
+
+    async def _infer(self, call: Call) -> None:
+        trace = None
+        try:
+            request = request_of(call, self.inputs)
+            trace = self._trace(call)
+            dataplane = self.channel.dataplane
+            response = await dataplane.infer(call.model, call.version, request, trace, endpoint=call.endpoint)
+        except asyncio.CancelledError as exc:
+            _end(trace, 499, exc)
+            self._send(error_reply(call.id, Cancelled("the request was cancelled")))
+            return
+        except Exception as exc:
+            _end(trace, http_error(exc)[0], exc)
+            if not isinstance(exc, ModelsvcError):
+                logger.error("inference on model %s failed", call.model, exc_info=exc)
+            self._send(error_reply(call.id, exc))
+            return
+        finally:
+            self.tasks.pop(call.id, None)
+        _end(trace, 200, None)
+        blocks: list[tuple[int, int]] = []
+        self._send(reply_for(call.id, response, True, self.outputs, blocks))
+
+
+def _end(trace: Any, status: int, error: BaseException | None) -> None:
+    if trace is not None:
+        trace.end(status, error)

@@ -1,0 +1,161 @@
+"""The engine's ingest workers: how many (``--workers``), their private folder, starting, restarting and draining.
+
+``Ingest`` is what ``modelsvc serve --workers N`` adds to the engine process: a folder only this pod's processes can
+enter (mode 0700) with the channel's socket and the engine's own HTTP and gRPC doors on Unix sockets, and N worker
+processes (``python -m modelsvc.server.ingest``) that share the public ports. A worker that exits while the server
+runs is started again; on shutdown every worker is asked to drain (SIGTERM) before the engine closes its models.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import pickle
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ._engine import EngineChannel
+
+if TYPE_CHECKING:
+    from ...engine import DataPlane
+    from .._serve import ServeOptions
+
+logger = logging.getLogger("modelsvc.ingest")
+
+DEFAULT_ARENA_BYTES = 64 * 1024 * 1024
+"""Each side's shared memory per worker (inputs in the worker's, outputs in the engine's); past it, tensors go
+inline."""
+
+RESTART_BACKOFF_S = 1.0
+"""A worker that exits within this long of its start is started again only after this long (no restart storm)."""
+
+
+def available_cpus() -> float:
+    """The CPUs this process may use: its affinity, capped by a cgroup v2 quota (a pod's CPU limit) when set."""
+    cpus = float(len(os.sched_getaffinity(0)))
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota != "max":
+            cpus = min(cpus, int(quota) / int(period))
+    except (OSError, ValueError):
+        pass
+    return cpus
+
+
+def resolve_workers(value: str, cpus: float | None = None) -> int:
+    """``--workers``: a count, or ``auto``: none (one process, no channel) with 2 CPUs or fewer, else one worker
+    per CPU but the engine's."""
+    if value != "auto":
+        return int(value)
+    cpus = available_cpus() if cpus is None else cpus
+    return 0 if cpus <= 2 else max(1, int(cpus) - 1)
+
+
+@dataclass(slots=True)
+class WorkerSpec:
+    """What a worker needs to know, handed to it as a pickle in the private folder."""
+
+    options: ServeOptions
+    channel: str
+    http_socket: str
+    grpc_socket: str
+    arena_bytes: int
+    tracing: bool
+
+
+class Ingest:
+    """The ingest workers of one engine."""
+
+    def __init__(self, options: ServeOptions) -> None:
+        self.options = options
+        self.count = options.workers
+        self.folder = Path(tempfile.mkdtemp(prefix="modelsvc-ingest-"))
+        self.channel_path = str(self.folder / "channel.sock")
+        self.http_socket = str(self.folder / "http.sock")
+        self.grpc_socket = str(self.folder / "grpc.sock")
+        self.channel: EngineChannel | None = None
+        self.procs: dict[int, asyncio.subprocess.Process] = {}
+        self.restarts = 0
+        self.stopping = False
+        self._watchers: list[asyncio.Task[None]] = []
+
+    async def start(self, dataplane: DataPlane) -> None:
+        """Open the channel, start the workers, and wait until each has reached the engine."""
+        self.channel = EngineChannel(dataplane, self.channel_path, self.options.ingest_arena_bytes)
+        await self.channel.start()
+        spec = WorkerSpec(
+            self.options,
+            self.channel_path,
+            self.http_socket,
+            self.grpc_socket,
+            self.options.ingest_arena_bytes,
+            dataplane.tracing is not None,
+        )
+        spec_path = self.folder / "worker.pickle"
+        spec_path.write_bytes(pickle.dumps(spec))
+        started = [asyncio.get_running_loop().create_future() for _ in range(self.count)]
+        self._watchers = [asyncio.ensure_future(self._watch(i, spec_path, started[i])) for i in range(self.count)]
+        await asyncio.gather(*started)
+        deadline = time.monotonic() + 60
+        while len(self.channel.links) < self.count and time.monotonic() < deadline:  # noqa: ASYNC110 (a few ms)
+            await asyncio.sleep(0.02)
+        logger.info("%d ingest workers serving the HTTP and gRPC ports", len(self.channel.links))
+
+    async def _watch(self, index: int, spec_path: Path, started: asyncio.Future[None]) -> None:
+        while not self._stopped():
+            began = time.monotonic()
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "modelsvc.server.ingest", str(spec_path), str(index)
+            )
+            self.procs[index] = proc
+            if not started.done():
+                started.set_result(None)
+            code = await proc.wait()
+            if self._stopped():
+                return
+            self.restarts += 1
+            logger.warning("ingest worker %d (pid %d) exited with %s; starting it again", index, proc.pid, code)
+            if time.monotonic() - began < RESTART_BACKOFF_S:
+                await asyncio.sleep(RESTART_BACKOFF_S)
+
+    def _stopped(self) -> bool:
+        return self.stopping
+
+    async def stop(self, grace_s: float) -> None:
+        """Every worker drains (its read requests answered, up to ``grace_s``) and exits; then the channel closes."""
+        self.stopping = True
+        for proc in self.procs.values():
+            _signal(proc, signal.SIGTERM)
+        waits = [asyncio.ensure_future(p.wait()) for p in self.procs.values()]
+        if waits:
+            _, late = await asyncio.wait(waits, timeout=grace_s + 5)
+            for proc in self.procs.values():
+                if proc.returncode is None:
+                    _signal(proc, signal.SIGKILL)
+            if late:
+                await asyncio.wait(late, timeout=5)
+        for watcher in self._watchers:
+            watcher.cancel()
+        if self.channel is not None:
+            await self.channel.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def kill(self) -> None:
+        """A second signal: the workers close their connections now."""
+        self.stopping = True
+        for proc in self.procs.values():
+            _signal(proc, signal.SIGKILL)
+
+
+def _signal(proc: Any, sig: signal.Signals) -> None:
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(sig)
