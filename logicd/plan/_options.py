@@ -33,6 +33,7 @@ from ._schema import Half, Plan, PlanError, Resources, Service
 __all__ = [
     "KINDS",
     "MAX_PODS",
+    "PREFERENCE",
     "Option",
     "Planned",
     "Resolved",
@@ -51,6 +52,9 @@ KINDS = {
     "split-packed": "logic and model apart; CPU pods packed onto accelerator nodes' spare CPUs first",
     "shared-model-service": "one model service holding every model; logic pods packed",
 }
+
+PREFERENCE = {"split-packed": 0, "cpu-only": 1, "monolith-per-gpu-node": 2, "shared-model-service": 3}
+"""Which option a tie in cost goes to: logic and model apart first, then the simpler deployments."""
 
 MAX_PODS = 10**18
 """Replicas of one Deployment beyond which a plan is refused as a mistake (no cluster runs that many pods)."""
@@ -226,6 +230,16 @@ class Planned:
 
     def option(self, name: str) -> Option:
         return next(o for o in self.options if o.name == name)
+
+    def cheapest(self, costs: Mapping[str, float | None] | None = None) -> str | None:
+        """The option of least cost (``costs`` by name, default: each option's at peak), ties by
+        :data:`PREFERENCE`; None when none is available."""
+        if costs is None:
+            costs = {o.name: o.cost_peak for o in self.options if not o.unavailable}
+        known = {k: v for k, v in costs.items() if v is not None}
+        if not known:
+            return None
+        return min(known, key=lambda n: (round(known[n], 6), PREFERENCE.get(self.option(n).kind, 9), n))
 
 
 def average_of(svc: Service) -> float:

@@ -4,6 +4,7 @@ nodes. The picture is ``_svg``."""
 
 from __future__ import annotations
 
+import textwrap
 from collections import Counter
 from typing import Any
 
@@ -94,7 +95,7 @@ def _options_table(planned: Planned) -> list[str]:
     for o in planned.options:
         if o.unavailable:
             rows.append([o.name, "unavailable (below)", *["-"] * 9])
-            notes.append(f"{o.name} unavailable: {o.unavailable}")
+            notes += textwrap.wrap(f"{o.name} unavailable: {o.unavailable}", 118, subsequent_indent="    ")
             continue
         use = _use(o.nodes_peak)
         bound = lower_bound(o, planned.shapes)
@@ -166,7 +167,7 @@ def render_text(planned: Planned, details: bool = True) -> str:
     lines += _options_table(planned)
     available = [o for o in planned.options if not o.unavailable]
     if available:
-        best = min(available, key=lambda o: o.cost_peak)
+        best = planned.option(planned.cheapest() or available[0].name)
         lines += ["", f"cheapest at peak: {best.name} ({best.title})"]
     lines += [
         "",

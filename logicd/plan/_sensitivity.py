@@ -98,11 +98,6 @@ def _cost(planned: Planned, services: list[ResolvedService], name: str, traffic:
     return built.cost_peak if at == "peak" else built.cost_average
 
 
-def _cheapest(costs: dict[str, float | None]) -> str | None:
-    known = {k: v for k, v in costs.items() if v is not None}
-    return min(known, key=lambda k: (round(known[k], 6), k)) if known else None
-
-
 def sensitivity(planned: Planned) -> Sensitivity:
     services = planned.services
     names = [o.name for o in planned.options if not o.unavailable]
@@ -143,13 +138,13 @@ def _crossovers(planned: Planned, names: list[str], scales: list[float],
     reigning: str | None = None
     for i, scale in enumerate(scales):
         costs = {n: curves[n][i] for n in names}
-        best = _cheapest(costs)
+        best = planned.cheapest(costs)
         if best is None:
             continue
         low = costs[best] or 0.0
         if reigning is None or costs.get(reigning) is None:
             tied = [n for n, c in costs.items() if c is not None and c <= (1 + TIE) * low]
-            reigning = min(tied, key=lambda n: (planned.option(n).cost_peak, n))
+            reigning = planned.cheapest({n: planned.option(n).cost_peak for n in tied})
             continue
         if (costs[reigning] or 0.0) <= (1 + TIE) * low:
             continue
@@ -178,7 +173,8 @@ def _break_even(planned: Planned, base: dict[str, tuple[float, float]]) -> list[
                       (o.family or o.kind == "cpu-only")}  # fmt: skip
             if own is None or not others:
                 continue
-            alternative = min(others, key=lambda n: (round(others[n], 6), n))
+            alternative = planned.cheapest(others)
+            assert alternative is not None
             target = others[alternative]
 
             def cost(rps: float, s: ResolvedService = s, variant: str = variant, name: str = own.name) -> float:

@@ -64,7 +64,7 @@ def values_option(planned: Planned, name: str | None = None) -> Option:
         return found
     if not split:
         raise PlanError("--write-values: no split-packed option is available to deploy")
-    return min(split, key=lambda o: (round(o.cost_peak, 6), o.name))
+    return planned.option(planned.cheapest({o.name: o.cost_peak for o in split}) or split[0].name)
 
 
 def placement(option: Option, service: str, half: str) -> dict[str, Any]:
