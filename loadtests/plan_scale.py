@@ -2,7 +2,8 @@
 option of every accelerator family, the cost against traffic and throughput, the table) on the write-up's plan
 (logicd/plan/accelerators.yaml) with every service's traffic scaled so that the total peak is 10, 10^3 ... 10^12
 requests/s. Each size runs as its own process, ``repeat`` times; the table gives the best wall time and the
-largest peak RSS (os.wait4's ru_maxrss), with the plan's node count to show the size of what was planned.
+largest peak RSS (os.wait4's ru_maxrss), with the plan's node count to show the size of what was planned, and the
+best time of the planning alone in this process (without the interpreter's start and the imports).
 
     python -m loadtests.plan_scale                 # 10 .. 10^12 req/s, 3 runs each
     python -m loadtests.plan_scale --sizes 1e9 --repeat 5
@@ -58,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     sizes = [float(s) for s in args.sizes.split(",")]
     print(f"logicd plan on {PLAN.relative_to(ROOT)}, traffic scaled; CPU: {cpu()}; Python {platform.python_version()}")
-    print(f"{'total peak req/s':>18}  {'nodes at peak':>16}  {'best s':>7}  {'peak RSS MB':>11}  {'runs':>4}")
+    print(f"{'total peak req/s':>18}  {'nodes at peak':>16}  {'best s':>7}  {'peak RSS MB':>11}  {'in-process s':>12}  "
+          f"{'runs':>4}")  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         for size in sizes:
             path = Path(tmp) / f"plan-{size:g}.yaml"
@@ -71,8 +73,20 @@ def main(argv: list[str] | None = None) -> int:
                 cheapest = min((o for o in data["options"] if not o["unavailable"]),
                                key=lambda o: o["cost_per_hour"]["peak"])  # fmt: skip
                 nodes = sum(cheapest["nodes"]["peak"].values())
-            print(f"{size:>18,.0f}  {nodes:>16,}  {best:>7.2f}  {rss / 1e6:>11.1f}  {args.repeat:>4}")
+            inner = min(_in_process(path) for _ in range(args.repeat))
+            print(f"{size:>18,.0f}  {nodes:>16,}  {best:>7.2f}  {rss / 1e6:>11.1f}  {inner:>12.3f}  {args.repeat:>4}")
     return 0
+
+
+def _in_process(path: Path) -> float:
+    """Seconds of the planning alone (read, every option, the sensitivity, table and JSON), in this process."""
+    from logicd.plan import as_json, plan_file, render_text
+
+    start = time.perf_counter()
+    planned = plan_file(path)
+    render_text(planned)
+    json.dumps(as_json(planned))
+    return time.perf_counter() - start
 
 
 def _measured(path: Path) -> tuple[float, int, str]:

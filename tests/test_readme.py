@@ -92,19 +92,24 @@ def test_readme_gpu_commands(tmp_path):
 
 
 def test_readme_plan_commands(tmp_path):
-    """The planning block as written, in a scratch folder: the example plan, its table with the figures the README
-    quotes, the picture and a values file per pair."""
+    """The planning block as written, in a scratch folder: both example plans, their tables with every $/hour figure
+    and break-even point the README quotes, the picture and a values file per pair."""
     (block,) = [b for b in _blocks("bash") if "logicd plan" in b]
     venv = str(ROOT / ".venv")
     out = subprocess.run(["bash", "-euo", "pipefail", "-c", block.replace(".venv", venv)], capture_output=True,
                          text=True, cwd=tmp_path)  # fmt: skip
     assert out.returncode == 0, out.stderr
-    assert "cheapest at peak: split-packed" in out.stdout
+    assert "cheapest at peak: split-packed (" in out.stdout
+    assert "cheapest at peak: split-packed@inferentia (" in out.stdout
     section = README[README.index("## Capacity and cost planning") :]
-    figures = re.findall(r"\$[0-9]+\.[0-9]{2}/hour", section)
-    assert len(figures) == 3  # before, the naive move, split and packed
+    figures = re.findall(r"(?<!at )\$[0-9]+\.[0-9]{2}/hour", section)  # not the prices ("at $0.22/hour")
+    assert len(figures) == 7  # before, the naive move, split and packed; Inferentia, T4 twice, CPUs alone
     for figure in figures:
         assert figure.replace("/hour", "") in out.stdout, figure
+    points = re.findall(r"(?:above|down to) ([0-9.]+) documents/s", section)
+    assert len(points) == 2  # where the T4 pays, how far Inferentia's throughput may fall
+    for point in points:
+        assert re.search(rf"(above|down to) {re.escape(point)} document/s per pod", out.stdout), point
     assert (tmp_path / "plan.svg").read_text().startswith("<svg")
     assert len(list((tmp_path / "values").glob("*.yaml"))) == 6
 

@@ -18,7 +18,7 @@ def test_the_scale_benchmark_prints_a_row_per_size(capsys: pytest.CaptureFixture
     assert [r[0] for r in rows] == ["10", "1,000,000,000"]
     small, large = (int(r[1].replace(",", "")) for r in rows)
     assert large > 1000 * small  # the planned nodes grow with the traffic
-    assert all(float(r[2]) > 0 and float(r[3]) > 0 for r in rows)
+    assert all(float(r[2]) > 0 and float(r[3]) > 0 and float(r[4]) > 0 for r in rows)
 
 
 def test_scaling_keeps_each_services_share() -> None:
