@@ -169,12 +169,15 @@ def render_text(planned: Planned, details: bool = True) -> str:
     if available:
         best = planned.option(planned.cheapest() or available[0].name)
         lines += ["", f"cheapest at peak: {best.name} ({best.title})"]
-    lines += [""] + textwrap.wrap(
-        "$/hour avg: the same services sized for their average traffic, as if autoscaling had shrunk the "
-        "cluster (a lower bound: scaling lags). bound: no packing of the option's pods costs less (fractional "
-        "nodes covering every resource's total requests at least cost); gap: the packing above it.",
-        118,
-    )
+    lines += [
+        "",
+        *textwrap.wrap(
+            "$/hour avg: the same services sized for their average traffic, as if autoscaling had shrunk the "
+            "cluster (a lower bound: scaling lags). bound: no packing of the option's pods costs less (fractional "
+            "nodes covering every resource's total requests at least cost); gap: the packing above it.",
+            118,
+        ),
+    ]
     lines += _per_service(planned)
     if isinstance(planned.sensitivity, Sensitivity):
         lines += _sensitivity(planned.sensitivity)
