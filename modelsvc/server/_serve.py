@@ -127,9 +127,9 @@ async def serve(options: ServeOptions) -> int:
 
 
 async def _serve(options: ServeOptions, models: ModelManager, dataplane: DataPlane) -> int:
-    dataplane.accepting = True
     servers: list[HttpServer] = []
     ingest = Ingest(options) if options.workers > 0 else None
+    dataplane.accepting = ingest is None  # with workers: once every worker serves the ports
     grpc_server: GrpcServer | None = None
     system = None
     if options.allow_metrics:  # sampled from before the endpoints open: the first scrape has the values
@@ -165,12 +165,13 @@ async def _serve(options: ServeOptions, models: ModelManager, dataplane: DataPla
                 await http.start(options.http_address, options.http_port)
                 logger.info("HTTP v2 endpoint on %s:%d", *http.address)
         if options.allow_metrics:
-            metrics = HttpServer(create_metrics_app(Metrics(models, system)))
+            metrics = HttpServer(create_metrics_app(Metrics(models, system, [ingest.families] if ingest else ())))
             await metrics.start(options.metrics_address, options.metrics_port)
             servers.append(metrics)
             logger.info("metrics on %s:%d/metrics", *metrics.address)
         if ingest is not None:
             await ingest.start(dataplane)
+            dataplane.accepting = True
             logger.info(
                 "HTTP v2 endpoint on %s:%d, gRPC on %s:%d (engine %s): %d ingest workers",
                 options.http_address, options.http_port, options.grpc_address, options.grpc_port,

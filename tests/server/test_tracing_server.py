@@ -318,13 +318,18 @@ def send_concurrently(base: str, model: str, traceparents: list[str]) -> list[in
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("workers", ["0", "2"], ids=["one process", "two ingest workers"])
 def test_server_exports_one_trace_per_request_with_the_batch(
-    repository: Path, receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch
+    repository: Path, receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch, workers: str
 ) -> None:
+    """With ingest workers, a worker carries each request's W3C context to the engine, which traces it: the same
+    trace as one process gives."""
     monkeypatch.setenv("OTEL_SERVICE_NAME", "modelsvc-under-test")
     monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "60000")  # spans arrive only through the flush at SIGTERM
     server = ModelsvcProcess(
         repository,
+        "--workers",
+        workers,
         "--trace-config",
         "mode=opentelemetry",
         "--trace-config",

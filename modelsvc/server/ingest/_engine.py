@@ -21,6 +21,7 @@ from ._wire import (
     Cancel,
     FrameReader,
     Hello,
+    Listening,
     Release,
     Welcome,
     decode_to_engine,
@@ -44,12 +45,21 @@ class EngineChannel:
         self.path = path
         self.arena_size = arena_size
         self.links: set[WorkerLink] = set()
+        self.changed = asyncio.Event()
+        """Set when a worker starts listening (``listening`` counts them)."""
+        self.calls: dict[int, int] = {}
+        """Inference calls received from each worker (by its index), over all its lives."""
         self._server: asyncio.AbstractServer | None = None
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_unix_server(lambda: WorkerLink(self, loop), self.path)
         os.chmod(self.path, 0o600)
+
+    @property
+    def listening(self) -> int:
+        """Workers connected whose ports are open."""
+        return sum(1 for link in self.links if link.listening)
 
     async def close(self) -> None:
         if self._server is not None:
@@ -70,6 +80,8 @@ class WorkerLink(asyncio.Protocol):
         self.inputs: ArenaView | None = None
         self.outputs: OwnedArena | None = None
         self.pid = 0
+        self.index = -1
+        self.listening = False
         self._out: list[bytes] = []
         self._flushing = False
 
@@ -112,20 +124,26 @@ class WorkerLink(asyncio.Protocol):
             self.transport.write(b"".join(out) if len(out) > 1 else out[0])
 
     # -- messages ---------------------------------------------------------------------------------------------
-    def _take(self, message: Call | Cancel | Release | Hello) -> None:
+    def _take(self, message: Call | Cancel | Release | Hello | Listening) -> None:
         if isinstance(message, Call):
+            calls = self.channel.calls
+            calls[self.index] = calls.get(self.index, 0) + 1
             task = self.loop.create_task(self._infer(message))
             self.tasks[message.id] = task
         elif isinstance(message, Cancel):
             running = self.tasks.get(message.id)
             if running is not None:
                 running.cancel()
+        elif isinstance(message, Listening):
+            self.listening = True
+            self.channel.changed.set()
         elif isinstance(message, Release):
             if self.outputs is not None:
                 for block in message.blocks:
                     self.outputs.free(tuple(block))  # type: ignore[arg-type]
         else:
             self.pid = message.pid
+            self.index = message.index
             self.inputs = ArenaView(message.arena, message.arena_size)
             self.outputs = OwnedArena(self.channel.arena_size, prefix=f"modelsvc-out-{message.pid}")
             self._send(Welcome(str(self.outputs.path), self.outputs.size))

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from prometheus_client.metrics_core import Metric
+
 from ._engine import EngineChannel
 
 if TYPE_CHECKING:
@@ -33,6 +35,9 @@ logger = logging.getLogger("modelsvc.ingest")
 DEFAULT_ARENA_BYTES = 64 * 1024 * 1024
 """Each side's shared memory per worker (inputs in the worker's, outputs in the engine's); past it, tensors go
 inline."""
+
+START_TIMEOUT_S = 60
+"""How long ``start`` waits for every worker to open its ports."""
 
 RESTART_BACKOFF_S = 1.0
 """A worker that exits within this long of its start is started again only after this long (no restart storm)."""
@@ -104,10 +109,15 @@ class Ingest:
         started = [asyncio.get_running_loop().create_future() for _ in range(self.count)]
         self._watchers = [asyncio.ensure_future(self._watch(i, spec_path, started[i])) for i in range(self.count)]
         await asyncio.gather(*started)
-        deadline = time.monotonic() + 60
-        while len(self.channel.links) < self.count and time.monotonic() < deadline:  # noqa: ASYNC110 (a few ms)
-            await asyncio.sleep(0.02)
-        logger.info("%d ingest workers serving the HTTP and gRPC ports", len(self.channel.links))
+        channel = self.channel
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while channel.listening < self.count and (left := deadline - time.monotonic()) > 0:
+            channel.changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(channel.changed.wait(), left)
+        if channel.listening < self.count:
+            late = (channel.listening, self.count, START_TIMEOUT_S)
+            logger.warning("%d of %d ingest workers listening after %d s", *late)
 
     async def _watch(self, index: int, spec_path: Path, started: asyncio.Future[None]) -> None:
         while not self._stopped():
@@ -147,6 +157,19 @@ class Ingest:
         if self.channel is not None:
             await self.channel.close()
         shutil.rmtree(self.folder, ignore_errors=True)
+
+    def families(self) -> list[Metric]:
+        """The workers' metrics (modelsvc's own): how many are connected, the calls each sent, the restarts."""
+        connected = Metric("modelsvc_ingest_workers", "Ingest worker processes serving the ports", "gauge")
+        connected.add_sample(connected.name, {}, float(self.channel.listening if self.channel else 0))
+        calls = Metric("modelsvc_ingest_requests", "Inference requests the engine received from each ingest worker",
+                       "counter")  # fmt: skip
+        for index, count in sorted((self.channel.calls if self.channel else {}).items()):
+            calls.add_sample(calls.name, {"worker": str(index)}, float(count))
+        restarts = Metric("modelsvc_ingest_worker_restarts", "Ingest workers started again after they exited",
+                          "counter")  # fmt: skip
+        restarts.add_sample(restarts.name, {}, float(self.restarts))
+        return [connected, calls, restarts]
 
     def kill(self) -> None:
         """A second signal: the workers close their connections now."""

@@ -45,7 +45,8 @@ class _Pending:
 class EngineLink(asyncio.Protocol):
     """This worker's connection to the engine."""
 
-    def __init__(self, arena: OwnedArena) -> None:
+    def __init__(self, arena: OwnedArena, index: int) -> None:
+        self.index = index
         self.loop = asyncio.get_running_loop()
         self.arena = arena
         self.engine_arena: ArenaView | None = None
@@ -60,10 +61,10 @@ class EngineLink(asyncio.Protocol):
         self._release: list[tuple[int, int]] = []
 
     @classmethod
-    async def connect(cls, path: str, arena: OwnedArena) -> EngineLink:
+    async def connect(cls, path: str, arena: OwnedArena, index: int) -> EngineLink:
         loop = asyncio.get_running_loop()
-        _, link = await loop.create_unix_connection(lambda: cls(arena), path)
-        link.send(Hello(_pid(), str(arena.path), arena.size))
+        _, link = await loop.create_unix_connection(lambda: cls(arena, index), path)
+        link.send(Hello(_pid(), index, str(arena.path), arena.size))
         await link.welcomed
         return link
 

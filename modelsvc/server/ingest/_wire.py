@@ -7,8 +7,8 @@ numpy copy in C, and the receiver's arrays are views on the frame or on the aren
 
 The messages (``array_like``: a list on the wire, no field names):
 
-- worker -> engine: ``Hello`` (first: its arena), ``Call`` (one request), ``Cancel`` (its client went
-  away), ``Release`` (output blocks of the engine's arena the worker has written out);
+- worker -> engine: ``Hello`` (first: its arena), ``Listening`` (its ports are open), ``Call`` (one request),
+  ``Cancel`` (its client went away), ``Release`` (output blocks of the engine's arena the worker has written out);
 - engine -> worker: ``Welcome`` (first: the engine's arena for this worker's outputs), ``Reply`` (a response or an
   error).
 """
@@ -101,6 +101,7 @@ class Hello(msgspec.Struct, array_like=True, tag=5):
     """A worker's first message: who it is and the arena it puts its inputs in."""
 
     pid: int
+    index: int
     arena: str
     arena_size: int
 
@@ -112,7 +113,11 @@ class Welcome(msgspec.Struct, array_like=True, tag=6):
     arena_size: int
 
 
-ToEngine = Call | Cancel | Release | Hello
+class Listening(msgspec.Struct, array_like=True, tag=7):
+    """A worker has opened its ports: from now on the kernel hands it connections."""
+
+
+ToEngine = Call | Cancel | Release | Hello | Listening
 ToWorker = Reply | Welcome
 
 _encoder = msgspec.msgpack.Encoder()
@@ -125,7 +130,7 @@ def frame(message: msgspec.Struct) -> bytes:
     return HEADER.pack(len(body)) + body
 
 
-def decode_to_engine(body: memoryview) -> Call | Cancel | Release | Hello:
+def decode_to_engine(body: memoryview) -> Call | Cancel | Release | Hello | Listening:
     return _to_engine.decode(body)  # type: ignore[no-any-return]
 
 

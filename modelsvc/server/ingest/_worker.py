@@ -22,6 +22,7 @@ from ._arena import OwnedArena
 from ._pool import WorkerSpec
 from ._proxy import ProxyService, http_proxy
 from ._remote import EngineLink, ForwardTracing, RemoteDataPlane
+from ._wire import Listening
 
 logger = logging.getLogger("modelsvc.ingest")
 
@@ -30,7 +31,7 @@ async def run_worker(spec: WorkerSpec, index: int) -> int:
     arena = OwnedArena(spec.arena_bytes, prefix=f"modelsvc-in-{index}")
     try:
         try:
-            link = await EngineLink.connect(spec.channel, arena)
+            link = await EngineLink.connect(spec.channel, arena, index)
         except (OSError, ConnectionError) as exc:
             logger.error("ingest worker %d: cannot reach the engine: %s", index, exc)
             return 1
@@ -65,6 +66,7 @@ async def _serve(spec: WorkerSpec, index: int, plane: Any, link: EngineLink) -> 
     except OSError as exc:
         logger.error("ingest worker %d: cannot open an endpoint: %s", index, exc)
         return 1
+    link.send(Listening())
     logger.debug("ingest worker %d serving", index)
 
     loop = asyncio.get_running_loop()

@@ -243,9 +243,16 @@ class Metrics:
     """What ``GET /metrics`` on the metrics port answers: the models' families, the GPU and CPU ones that
     ``system`` sampled last (None: none), then the process collectors."""
 
-    def __init__(self, models: ModelManager, system: SystemMetrics | None = None) -> None:
+    def __init__(
+        self,
+        models: ModelManager,
+        system: SystemMetrics | None = None,
+        more: Sequence[Callable[[], list[Metric]]] = (),
+    ) -> None:
         self.models = models
         self.system = system
+        self.more = more
+        """Further sources of families (the ingest workers' counters)."""
         self.process_registry = CollectorRegistry(auto_describe=True)
         ProcessCollector(registry=self.process_registry)
         PlatformCollector(registry=self.process_registry)
@@ -254,4 +261,6 @@ class Metrics:
         families = model_families(self.models)
         if self.system is not None:
             families.extend(self.system.families())
+        for source in self.more:
+            families.extend(source())
         return render_families(families) + generate_latest(self.process_registry)

@@ -140,6 +140,8 @@ class H2Connection(Inflow, asyncio.Protocol):
         self._grant_until = 0
         self._data_seen = False
         self._resets = 0  # streams the peer reset, less those this side completed
+        self._calm = 0.0  # PINGs and SETTINGS since the last HEADERS or DATA, less one a second
+        self._calm_at = 0.0
         self._blocked: dict[int, H2Stream] = {}
         self._out: list[bytes | memoryview] = []
         self.idle: asyncio.Event = asyncio.Event()
@@ -246,8 +248,10 @@ class H2Connection(Inflow, asyncio.Protocol):
             raise _ConnectionError(PROTOCOL_ERROR, "a header block was interrupted")
         if ftype == DATA:
             self._data(flags, sid, payload)
+            self._calm = 0.0
         elif ftype == HEADERS:
             self._headers(flags, sid, payload)
+            self._calm = 0.0
         elif ftype == CONTINUATION:
             if self._continuing is None or self._continuing[0] != sid:
                 raise _ConnectionError(PROTOCOL_ERROR, "CONTINUATION without HEADERS")
@@ -259,9 +263,12 @@ class H2Connection(Inflow, asyncio.Protocol):
                 self._block_size = 0
                 self._header_block(start_sid, start_flags, bytes(block))
         elif ftype == SETTINGS:
+            if not flags & ACK:
+                self._asked()
             self._settings(flags, payload)
         elif ftype == PING:
             if not flags & ACK:
+                self._asked()
                 self._write([frame(PING, ACK, 0, bytes(payload))])
         elif ftype == WINDOW_UPDATE:
             self._window_update(sid, payload)
@@ -280,6 +287,15 @@ class H2Connection(Inflow, asyncio.Protocol):
         elif ftype == PUSH_PROMISE:
             raise _ConnectionError(PROTOCOL_ERROR, "a client may not push")
         # PRIORITY and unknown frame types are ignored
+
+    def _asked(self) -> None:
+        """A PING or SETTINGS to answer: past ``max_pings_without_data`` of them beyond one a second, with no
+        HEADERS or DATA between, the peer is asking for answers it does not need (a flood)."""
+        now = self.loop.time()
+        self._calm = max(0.0, self._calm - (now - self._calm_at)) + 1.0
+        self._calm_at = now
+        if self._calm > self.limits.max_pings_without_data:
+            raise _ConnectionError(ENHANCE_YOUR_CALM, "too many PINGs (or SETTINGS) without calls")
 
     def _unpad(self, flags: int, payload: memoryview) -> memoryview:
         if flags & PADDED:
@@ -335,7 +351,6 @@ class H2Connection(Inflow, asyncio.Protocol):
             return
         if self.budget.used >= self.budget.limit:
             self._write([frame(HEADERS, END_HEADERS | END_STREAM, sid, _OVER_BUDGET)])
-            self.budget.reclaim(ENHANCE_YOUR_CALM)
             return
         stream = H2Stream(self, sid, headers, self.limits.stream_window)
         if flags & END_STREAM:
@@ -397,8 +412,20 @@ class H2Connection(Inflow, asyncio.Protocol):
             transport.write(out[0])
         elif sum(map(len, out)) <= 65536:
             transport.write(b"".join(out))
-        else:
-            transport.writelines(out)
+        else:  # the large pieces as they are, the small ones joined (each piece the transport keeps costs ~200 B)
+            parts: list[bytes | memoryview] = []
+            small: list[bytes | memoryview] = []
+            for part in out:
+                if len(part) < 16384:
+                    small.append(part)
+                    continue
+                if small:
+                    parts.append(b"".join(small))
+                    small = []
+                parts.append(part)
+            if small:
+                parts.append(b"".join(small))
+            transport.writelines(parts)
 
     def flush(self, stream: H2Stream, out: list[bytes | memoryview]) -> None:
         stream._take(out)
@@ -465,3 +492,5 @@ class H2Connection(Inflow, asyncio.Protocol):
         self._send_out()
         self.transport.close()
         self._let_go()  # now: the budget counts it no more, though connection_lost comes later
+        # a peer that does not read would keep it open (unsent bytes hold the close back): not for long
+        self.loop.call_later(CLOSE_AFTER_S, self.transport.abort)

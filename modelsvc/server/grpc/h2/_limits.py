@@ -34,17 +34,23 @@ class H2Limits:
     """Largest header block, compressed, as it arrives (HEADERS and its CONTINUATION frames together), and
     SETTINGS_MAX_HEADER_LIST_SIZE: a larger one closes the connection (ENHANCE_YOUR_CALM) before it is kept."""
     buffer_budget: int = 256 << 20
-    """Request bytes all connections of the process may hold unread together: past it new streams are refused
-    (RESOURCE_EXHAUSTED) and the connection that holds the most is closed (ENHANCE_YOUR_CALM)."""
+    """Request bytes all connections of the process may hold unread together: while they are all taken new streams
+    are refused (RESOURCE_EXHAUSTED), and past it the connections that hold the most are closed
+    (ENHANCE_YOUR_CALM)."""
     write_buffer: int = 1 << 20
     """Bytes queued for a peer past which this side stops reading that connection (until they drain to a
     quarter): a peer that does not read what it asked for (PING, SETTINGS) cannot make the server buffer more."""
+    max_pings_without_data: int = 100
+    """PINGs (and SETTINGS) a peer may send beyond one a second with no HEADERS or DATA between; one more and the
+    connection gets GOAWAY ENHANCE_YOUR_CALM. (grpc core's server is stricter: two PINGs within 5 minutes without
+    calls, ``grpc.http2.max_ping_strikes`` and ``grpc.http2.min_ping_interval_without_data_ms``.)"""
     max_reset_streams: int = 1000
     """How many more streams a peer may reset than this side completed (CVE-2023-44487, rapid reset); one more
     and the connection gets GOAWAY ENHANCE_YOUR_CALM."""
 
     def __post_init__(self) -> None:
-        for name in ("max_concurrent_streams", "max_metadata_size", "buffer_budget", "write_buffer"):
+        for name in ("max_concurrent_streams", "max_metadata_size", "buffer_budget", "write_buffer",
+                     "max_pings_without_data"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
         for name in ("connection_window", "stream_window"):
