@@ -26,13 +26,13 @@ def _e(text: str) -> str:
 
 
 def _ticks(lo: float, hi: float) -> list[float]:
-    """1-2-3-5 values within [lo, hi] on a log scale."""
-    out = []
-    for exp in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1):
-        for m in (1, 2, 3, 5):
-            v = m * 10.0**exp
-            if lo <= v <= hi:
-                out.append(v)
+    """1-2-3-5 values within [lo, hi] on a log scale; denser where that gives fewer than three."""
+    out: list[float] = []
+    for steps in ((1, 2, 3, 5), (1, 1.5, 2, 2.5, 3, 4, 5, 6, 7, 8)):
+        out = [m * 10.0**e for e in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1)
+               for m in steps if lo <= m * 10.0**e <= hi]  # fmt: skip
+        if len(out) >= 3:
+            break
     return out
 
 
@@ -121,8 +121,8 @@ def _break_even(b: BreakEven, colour: str, top: float, left: float) -> list[str]
     if not pts:
         return []
     chart = _Chart(left + 60, top + 26, 420, 200, [x for x, _ in pts], [c for _, c in pts] + [b.alternative_cost])
-    out = [f'<text x="{left}" y="{top + 14}" font-size="12" font-weight="bold">{_e(b.service)}/{_e(b.variant)}: '
-           f"{_e(b.option)} against throughput per pod</text>"]  # fmt: skip
+    title = f"{b.service}/{b.variant}: $/hour of its split against {b.unit}/s per pod"
+    out = [f'<text x="{left}" y="{top + 14}" font-size="11" font-weight="bold">{_e(title)}</text>']
     out += chart.frame(f"{b.unit}/s per pod", "$/hour")
     x0, x1 = chart.x0, chart.x1
     out.append(chart.line([(x0, b.alternative_cost), (x1, b.alternative_cost)], "#555", "5,3", 1.5))
