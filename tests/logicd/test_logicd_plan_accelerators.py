@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 
 from logicd._cli import main
-from logicd.plan import PlanError, Planned, example_plan, parse_plan, plan_all
+from logicd.plan import PlanError, Planned, example_plan, parse_plan, plan_all, render_svg
 from logicd.plan._cost import per_million, per_service
 from logicd.plan._pack import expand
 from logicd.plan._sensitivity import Sensitivity
@@ -241,3 +242,20 @@ def test_variants_are_checked() -> None:
         planned(MIXED.replace("MODEL", twice + "}"))
     with pytest.raises(PlanError, match=r"model.variants\[0\].name: 'a b': a short label"):
         planned(MIXED.replace("MODEL", base.replace("name: a,", "name: a b,") + "}"))
+
+
+def test_the_picture_draws_each_cost_curve_and_point(writeup: Planned) -> None:
+    """One line per available option against traffic; per accelerated variant its curve, the alternative's level,
+    and the measured and break-even throughputs, labelled with the numbers the table gives."""
+    assert isinstance(writeup.sensitivity, Sensitivity)
+    root = ElementTree.fromstring(render_svg(writeup))
+    ns = "{http://www.w3.org/2000/svg}"
+    texts = [t.text or "" for t in root.iter(f"{ns}text")]
+    lines = list(root.iter(f"{ns}polyline"))
+    available = [o for o in writeup.options if not o.unavailable]
+    assert len(lines) == len(available) + 2 * len(writeup.sensitivity.break_even)
+    for b in writeup.sensitivity.break_even:
+        assert f"measured {b.measured:.3g}" in texts
+        assert b.at is not None
+        assert f"break-even {b.at:.3g}" in texts
+    assert [t for t in texts if t in {o.name for o in available}]  # the legend names them
