@@ -45,7 +45,10 @@ def command(args: argparse.Namespace) -> int:
         args.picture.write_text(render_svg(planned), encoding="utf-8")
         print(f"picture: {args.picture}", file=err)
     if args.write_values is not None:
-        written, notes = write_values(planned, args.write_values, args.plan.name, args.values_option)
+        try:
+            written, notes = write_values(planned, args.write_values, args.plan.name, args.values_option)
+        except PlanError as exc:
+            return _fail(str(exc))
         for path in written:
             print(f"values: {path}", file=err)
         for note in notes:

@@ -304,6 +304,12 @@ def test_the_cli_exits_2_naming_what_to_change(tmp_path: Path, capsys: pytest.Ca
     )
     assert len(err.strip().splitlines()) == 1
     assert not values.exists()  # refused before anything is written
+    bad.write_text(NODES.replace("gpus: 1,", "gpus: 1, accelerators: {aws.amazon.com/neuron: 1},") + "services:"
+                   + PAIR.replace("gpu: 1}", "gpu: 1, accelerators: {aws.amazon.com/neuron: 1}}"))  # fmt: skip
+    assert main(["plan", str(bad), "--summary", "--write-values", str(values)]) == 2
+    err = capsys.readouterr().err
+    assert err == "logicd plan: pair: helm/ml-service gives a model pod one kind of accelerator, this one asks for " \
+        "aws.amazon.com/neuron, nvidia.com/gpu\n"  # fmt: skip
 
 
 def test_the_cli_writes_table_json_picture_and_values(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
