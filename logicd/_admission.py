@@ -1,30 +1,26 @@
-"""Admission: each route takes a bounded number of requests; the rest are answered at once, not queued.
+"""Admission: each route lets in what the pair can serve in time; the rest is answered at once, not queued.
 
-A crowd of callers must not turn into a queue of requests that all time out: past a route's limit a request
-gets 503 with ``Retry-After`` before its body is even read, and the requests already admitted keep the
-latency they had. A request may also wait a little for a slot (``max_waiting``, ``max_wait_s``), first come,
-first served, never past its caller's deadline.
+A crowd of callers must not turn into a queue of requests that all time out: a request that cannot be served in
+time gets 503 with ``Retry-After`` before its body is even read, and the requests already admitted keep the
+latency they had. Which may wait for a slot is decided by expected wait, the learnt cost of what is ahead of
+them, against the caller's deadline or the ``max_wait_s`` budget of service.yaml; a burst that fits waits its
+turn, a storm is refused down to what keeps the admitted requests' latency (``logicd._gate``).
 
 The caller's deadline comes from a header: ``Request-Timeout: 1.5`` (seconds) or gRPC's
 ``grpc-timeout: 1500m`` (an integer and a unit: H, M, S, m, u, n), the smaller when both are sent. It bounds
 the wait for a slot and the handler (504 past it), and every model call made under it carries the time left
 to the model service (``modelsvc.client.deadline``), which drops a request still queued when it passes.
 
-``auto`` limits come from the models' capacity as modelsvc reports it (their config JSON): what the model
-service can hold without queueing into its timeouts is, per model, two batches per instance (one running, one
-forming) plus the queue policy's ``max_queue_size``; a batch is ``max_batch_size`` rows, or fewer when
+The ``auto`` in-flight limit comes from the models' capacity as modelsvc reports it (their config JSON): what the
+model service can hold without queueing into its timeouts is, per model, two batches per instance (one running,
+one forming) plus the queue policy's ``max_queue_size``; a batch is ``max_batch_size`` rows, or fewer when
 ``max_batch_tokens`` (padding-aware batching) bounds it. A route's requests cost rows (windows) and tokens,
 measured as they run (``Context.infer_chunks``), so the limit in requests follows what the route's requests
-really send: many for short texts, one or two for long documents. Twice that many may wait: with Poisson
-arrivals at 70% of capacity a smaller waiting room would refuse a good share of requests, and more would let the
-latency of admitted requests under overload grow past twice what it is at 70% (loadtests/README.md, Overload).
+really send: many for short texts, one or two for long documents.
 """
 
 from __future__ import annotations
 
-import asyncio
-import collections
-import math
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -36,6 +32,7 @@ import msgspec
 from modelsvc.protocol import grpc_timeout_s
 
 from ._config import AdmissionConfig
+from ._gate import RouteGate
 
 __all__ = ["Admission", "Capacity", "DeadlineError", "RouteGate", "parse_deadline"]
 
@@ -110,112 +107,6 @@ class Capacity:
         return 2 * self.instances * batch + self.max_queue_size
 
 
-# -- one route's gate ------------------------------------------------------------------------------------
-
-
-class _Cost:
-    """What a route's requests send to the models: rows and tokens, moving averages over recent requests."""
-
-    def __init__(self, rows: float, tokens_per_row: float) -> None:
-        self.rows = rows
-        self.tokens_per_row = tokens_per_row
-        self.seconds: float | None = None
-        """How long an admitted request holds its slot (moving average; None before the first)."""
-
-    def held(self, seconds: float) -> None:
-        self.seconds = seconds if self.seconds is None else self.seconds + 0.2 * (seconds - self.seconds)
-
-    def observe(self, rows: int, tokens: int) -> None:
-        if rows <= 0:
-            return  # a request that made no counted model call says nothing about the cost
-        self.rows += 0.2 * (rows - self.rows)
-        self.tokens_per_row += 0.2 * (tokens / rows - self.tokens_per_row)
-
-
-class RouteGate:
-    """A route's slots: ``in_flight`` requests admitted, ``waiting`` ones queued for a slot (FIFO)."""
-
-    def __init__(self, route: str, config: AdmissionConfig, capacity: Callable[[], Capacity | None], window: int):
-        self.route = route
-        self.config = config
-        self._capacity = capacity
-        self.cost = _Cost(rows=1.0, tokens_per_row=float(window))
-        self.in_flight = 0
-        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
-
-    @property
-    def waiting(self) -> int:
-        return len(self._waiters)
-
-    @property
-    def limit(self) -> int:
-        if self.config.max_in_flight != "auto":
-            return self.config.max_in_flight
-        capacity = self._capacity()
-        if capacity is None:  # the models are not known yet: one at a time until they are
-            return 1
-        return max(1, math.ceil(capacity.rows(self.cost.tokens_per_row) / max(self.cost.rows, 1.0) - 0.25))
-
-    @property
-    def max_waiting(self) -> int:
-        """``auto``: twice the limit; fewer when the model's queue timeout (``default_timeout_microseconds``)
-        would pass before the last of them got a slot, at the pace slots come free now."""
-        if self.config.max_waiting != "auto":
-            return self.config.max_waiting
-        limit = self.limit
-        capacity = self._capacity()
-        timeout = capacity.queue_timeout_s if capacity is not None else None
-        if timeout is None or not self.cost.seconds:
-            return 2 * limit
-        return min(2 * limit, math.floor(timeout * limit / self.cost.seconds))
-
-    @property
-    def max_wait_s(self) -> float | None:
-        if self.config.max_wait_s != "auto":
-            return self.config.max_wait_s
-        capacity = self._capacity()
-        return capacity.queue_timeout_s if capacity is not None else None
-
-    async def acquire(self, deadline: float | None) -> str | None:
-        """Take a slot; None when taken, else why not (the caller answers 503, or 504 past ``deadline``)."""
-        if self.in_flight < self.limit and not self._waiters:
-            self.in_flight += 1
-            return None
-        if len(self._waiters) >= self.max_waiting:
-            return "full"
-        wait = self.max_wait_s
-        if deadline is not None:
-            left = deadline - time.monotonic()
-            wait = left if wait is None else min(wait, left)
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
-        try:
-            await asyncio.wait_for(asyncio.shield(waiter), wait)
-        except TimeoutError:
-            if waiter.done():  # granted as the wait ran out: the slot is ours
-                return None
-            waiter.cancel()
-            return "deadline" if deadline is not None and time.monotonic() >= deadline else "waited"
-        except asyncio.CancelledError:
-            if waiter.done() and not waiter.cancelled():
-                self.release()  # granted, but nobody is left to use it
-            waiter.cancel()
-            raise
-        finally:
-            if waiter in self._waiters:
-                self._waiters.remove(waiter)
-        return None
-
-    def release(self) -> None:
-        """A request is done: its slot goes to the oldest waiter, or back to the pool."""
-        while self._waiters and self.in_flight <= self.limit:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)  # the slot passes on: in_flight stays as it is
-                return
-        self.in_flight -= 1
-
-
 # -- the ASGI middleware ---------------------------------------------------------------------------------
 
 SCOPE_DEADLINE = "logicd.deadline"
@@ -226,9 +117,17 @@ SCOPE_GATE = "logicd.gate"
 class Admission:
     """The gates of an app's routes, and the middleware that applies them."""
 
-    def __init__(self, config: AdmissionConfig, window: int, on_refusal: Callable[[str, int, str], None]) -> None:
+    def __init__(
+        self,
+        config: AdmissionConfig,
+        window: int,
+        on_refusal: Callable[[str, int, str], None],
+        default_wait_s: float = 30.0,
+    ) -> None:
         self.config = config
         self.window = window
+        self.default_wait_s = default_wait_s
+        """``max_wait_s: auto`` without a model queue timeout: the model call timeout (``model_service.timeout_s``)."""
         self.capacity: Capacity | None = None
         """The tightest of the service's models (the one that holds the fewest rows), once connected."""
         self.gates: dict[str, RouteGate] = {}
@@ -239,7 +138,9 @@ class Admission:
         self.capacity = min(capacities, key=lambda c: c.rows(self.window)) if capacities else None
 
     def gate(self, route: str) -> RouteGate:
-        return self.gates.setdefault(route, RouteGate(route, self.config, lambda: self.capacity, self.window))
+        return self.gates.setdefault(
+            route, RouteGate(route, self.config, lambda: self.capacity, self.window, self.default_wait_s)
+        )
 
     def middleware(self, route: str) -> Callable[[Any], Any]:
         """The route's ASGI middleware: deadline header read, slot taken (or the request refused), released."""
@@ -258,18 +159,17 @@ class Admission:
                     await _problem(send, 400, str(exc), scope["path"])
                     return
                 deadline = None if seconds is None else time.monotonic() + seconds
-                refused = await gate.acquire(deadline)
+                size = _content_length(headers)
+                refused = await gate.acquire(deadline, size)
                 if refused is not None:
                     await self._refuse(send, gate, refused, scope["path"])
                     return
                 scope[SCOPE_DEADLINE] = deadline
                 scope[SCOPE_GATE] = gate
-                start = time.monotonic()
                 try:
                     await app(scope, receive, send)
                 finally:
-                    gate.cost.held(time.monotonic() - start)
-                    gate.release()
+                    gate.release(size)
 
             return admit
 
@@ -281,12 +181,20 @@ class Admission:
             await _problem(send, 504, "the request's deadline passed while it waited for a slot", path)
             return
         self._on_refusal(gate.route, 503, why)
-        detail = (
-            f"at capacity: {gate.in_flight} requests in progress and {gate.waiting} waiting on this route"
-            if why == "full"
-            else "at capacity: no slot came free within the longest wait"
-        )
+        expected = gate.expected_wait_s()
+        ahead = f"; expected wait {expected:.2f} s" if expected is not None else ""
+        detail = {
+            "full": f"at capacity: {gate.in_flight} requests in progress and {gate.waiting} waiting on this "
+            f"route{ahead}",
+            "late": f"at capacity: the request would not start before its deadline{ahead}",
+        }.get(why, "at capacity: no slot came free within the longest wait")
         await _problem(send, 503, detail, path, retry_after=self.config.retry_after_s)
+
+
+def _content_length(headers: Mapping[str, str]) -> int | None:
+    """The body's declared size (what the gate weighs a request by), or None (chunked, or unreadable)."""
+    text = headers.get("content-length", "").strip()
+    return int(text) if text.isdigit() and len(text) < 16 else None
 
 
 async def _problem(send: Any, status: int, detail: str, path: str, *, retry_after: int | None = None) -> None:

@@ -75,7 +75,7 @@ class _Runtime:
         self.pool: TokenizerPool | None = None
         self.state: dict[str, Any] = {}
         window = config.chunking.max_tokens if config.tokenizer is not None else 1
-        self.admission = Admission(config.admission, window, self.metrics.refusal)
+        self.admission = Admission(config.admission, window, self.metrics.refusal, config.model_service.timeout_s)
         self._connected = False
         self._replicas: ReplicaCollector | None = None
         self._hooks_done = 0

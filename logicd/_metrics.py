@@ -40,6 +40,18 @@ class Metrics:
             ["route"],
             registry=self.registry,
         )
+        self.overloaded = Gauge(
+            "logicd_admission_overloaded",
+            "1 while the route refuses a storm down to its target wait, else 0",
+            ["route"],
+            registry=self.registry,
+        )
+        self.expected_wait = Gauge(
+            "logicd_admission_expected_wait_seconds",
+            "How long a request arriving now would wait for what is ahead of it (the learnt pace)",
+            ["route"],
+            registry=self.registry,
+        )
 
     def refusal(self, route: str, status: int, reason: str) -> None:
         self.requests.labels(route, str(status)).inc()
@@ -51,3 +63,7 @@ class Metrics:
             self.in_flight.labels(gate.route).set(gate.in_flight)
             self.waiting.labels(gate.route).set(gate.waiting)
             self.limit.labels(gate.route).set(gate.limit)
+            self.overloaded.labels(gate.route).set(1 if gate.overloaded else 0)
+            expected = gate.expected_wait_s()
+            if expected is not None:
+                self.expected_wait.labels(gate.route).set(expected)

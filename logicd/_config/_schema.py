@@ -65,8 +65,9 @@ limits:
   max_chunks: 256                      # windows one request may be cut into, across its documents
 admission:                             # per route; the rest are refused at once: 503 with Retry-After
   max_in_flight: auto                  # requests in the handler at once; auto: from the model's capacity
-  max_waiting: auto                    # requests waiting for a slot; auto: twice max_in_flight
-  max_wait_s: auto                     # the longest wait for a slot; auto: the model's queue timeout, if any
+  max_waiting: auto                    # requests waiting for a slot; auto: as many as their expected wait allows
+  max_wait_s: auto                     # budget of a request without a deadline: its longest expected wait;
+                                       # auto: the model's queue timeout, else model_service.timeout_s
   retry_after_s: 1                     # the Retry-After of a refusal
 auth:
   mode: api_key                        # none | api_key | bearer; health and metrics stay open
@@ -231,17 +232,23 @@ AuthMode = Literal["none", "api_key", "bearer"]
 
 
 class AdmissionConfig(_Section, frozen=True, kw_only=True):
-    """How many requests each route takes at once; beyond that a request is refused at once (503 with
-    Retry-After) rather than queued into a timeout. ``auto`` derives a number from the models' capacity as
-    modelsvc reports it (instances, ``max_batch_size``, ``max_batch_tokens``, the queue policy's
-    ``max_queue_size`` and ``default_timeout_microseconds``) and from what requests of the route cost."""
+    """What each route lets in; the rest is refused at once (503 with Retry-After) rather than queued into a
+    timeout. A request finding every slot taken may wait for one when its expected wait (the learnt cost of what
+    is ahead of it) fits its budget: its caller's deadline, or ``max_wait_s``; demand past that budget is a storm,
+    during which a request may wait only about as long as one request of the route takes. ``auto`` derives
+    numbers from the models' capacity as modelsvc reports it (instances, ``max_batch_size``,
+    ``max_batch_tokens``, the queue policy's ``max_queue_size`` and ``default_timeout_microseconds``) and from
+    what requests of the route cost."""
 
     max_in_flight: Annotated[int, msgspec.Meta(ge=1)] | Literal["auto"] = "auto"
     """Requests of one route in its handler at once."""
     max_waiting: Annotated[int, msgspec.Meta(ge=0)] | Literal["auto"] = "auto"
-    """Requests of one route waiting for a slot (first come, first served); 0 refuses at once when full."""
+    """Most requests of one route waiting for a slot (first come, first served); 0 refuses at once when full.
+    ``auto``: no count, only the expected wait (twice ``max_in_flight`` until the route's pace is learnt)."""
     max_wait_s: Annotated[float, msgspec.Meta(gt=0)] | Literal["auto"] = "auto"
-    """How long a request may wait for a slot before its 503; it never waits past its caller's deadline."""
+    """The budget of a request that sends no deadline: it may wait for a slot when its expected wait is at most
+    this, and it waits no longer (503 after). ``auto``: the model's queue timeout, else
+    ``model_service.timeout_s``. A request never waits past its caller's deadline."""
     retry_after_s: Annotated[int, msgspec.Meta(ge=0)] = 1
     """The ``Retry-After`` (seconds) of a refusal."""
 
