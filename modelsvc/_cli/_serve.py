@@ -158,7 +158,7 @@ def add(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         type=message_size,
         default=None,
         metavar="BYTES",
-        help="shared memory per worker and direction for tensors of 64 KiB or more (default 64 MiB; past it they "
+        help="shared memory per worker and direction for tensors of 64 KiB or more (default 32 MiB; past it they "
         "go through the worker's socket). modelsvc's own flag",
     )
     s.add_argument(

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 import random
 from pathlib import Path
 
@@ -50,9 +51,7 @@ def _array(datatype: str, shape: tuple[int, ...]) -> np.ndarray:
 
 @pytest.fixture
 def arena() -> OwnedArena:
-    owned = OwnedArena(4 << 20, prefix="modelsvc-test")
-    yield owned
-    owned.unlink()
+    return OwnedArena(4 << 20)
 
 
 @pytest.mark.parametrize("datatype", [*DTYPES, "BF16"])
@@ -68,7 +67,7 @@ def test_every_datatype_crosses_inline_or_through_the_arena(datatype: str, rows:
     assert decoded.id == 7
     assert (decoded.model, decoded.version, decoded.endpoint) == ("m", "2", "HTTP end point")
     assert bool(blocks) == (len(tensor_bytes(datatype, data)) >= SHARED_FROM)  # large ones through the arena
-    back = request_of(decoded, ArenaView(str(arena.path), arena.size))
+    back = request_of(decoded, ArenaView(arena.fd, arena.size))
     (tensor,) = back.inputs
     assert (tensor.name, tensor.datatype, tensor.shape, tensor.parameters) == ("X", datatype, data.shape, {"p": 1})
     assert tensor.data.dtype == data.dtype
@@ -79,7 +78,7 @@ def test_every_datatype_crosses_inline_or_through_the_arena(datatype: str, rows:
     response = InferResponse("m", "2", [Tensor("Y", datatype, data.shape, data)], "id-1", {"x": "y"})
     (body,) = FrameReader().feed(frame(reply_for(7, response, True, arena, [])))
     reply = decode_to_worker(body)
-    got = response_of(reply, ArenaView(str(arena.path), arena.size))
+    got = response_of(reply, ArenaView(arena.fd, arena.size))
     assert (got.model_name, got.model_version, got.id, got.parameters) == ("m", "2", "id-1", {"x": "y"})
     np.testing.assert_array_equal(got.outputs[0].data, data)
 
@@ -129,14 +128,15 @@ def test_the_arena_hands_out_blocks_first_fit_and_merges_what_is_freed(arena: Ow
     assert arena.put(memoryview(b"f" * arena.size)) == (0, arena.size)  # merged back into one block
 
 
-def test_an_arena_leaves_no_file_once_unlinked(tmp_path: Path) -> None:
-    owned = OwnedArena(4096, prefix="modelsvc-test")
+def test_the_peer_reads_an_arena_through_its_own_descriptor() -> None:
+    owned = OwnedArena(4096)
     block = owned.put(memoryview(b"x" * 10))
     assert block is not None
-    view = ArenaView(str(owned.path), 4096)
-    owned.unlink()
-    assert not owned.path.exists()
-    assert bytes(view.view(block)) == b"x" * 10  # the mappings outlive the file
+    peer_fd = os.dup(owned.fd)  # what a child inherits
+    owned.close_fd()
+    view = ArenaView(peer_fd, 4096)
+    os.close(peer_fd)
+    assert bytes(view.view(block)) == b"x" * 10  # the mappings outlive the descriptors
 
 
 @pytest.mark.parametrize(

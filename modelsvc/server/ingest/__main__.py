@@ -1,4 +1,4 @@
-"""``python -m modelsvc.server.ingest SPEC INDEX``: one ingest worker, as the engine starts it."""
+"""``python -m modelsvc.server.ingest SPEC INDEX INPUTS_FD OUTPUTS_FD``: one ingest worker, as the engine starts it."""
 
 import sys
 

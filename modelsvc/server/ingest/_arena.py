@@ -1,21 +1,21 @@
-"""A shared-memory arena: a file in /dev/shm mapped by its owner (who writes and frees) and by its peer (who reads).
+"""A shared-memory arena: anonymous memory (``memfd``) the engine makes for each worker and direction, mapped by its
+owner (who writes and frees) and by its peer (who reads).
 
-The owner ``put``s a tensor's bytes into a free block (one copy, by numpy in C) and names the block in a message;
-the peer maps the same file once (``ArenaView``) and reads the block in place. A block is freed when the peer says
-it is done (an input, once the request's final reply came; an output, once the worker wrote it out). Blocks are
-first-fit from a free list kept sorted by offset and merged with their neighbours; when none fits, ``put`` answers
-None and the tensor goes inline in the frame instead.
+The engine creates both of a worker's arenas and hands their file descriptors to the worker when it starts it
+(inputs: the worker writes, the engine reads; outputs: the other way). No file is ever named, so nothing is left
+behind when a process dies, and no tmpfs limit (a container's 64 MiB /dev/shm) applies: the pages count against the
+pod's memory as they are first written. The owner ``put``s a tensor's bytes into a free block (one copy, by numpy in
+C) and names the block in a message; the peer reads it in place. A block is freed when the peer says it is done (an
+input, once the request's final reply came; an output, once the worker copied it out). Blocks are first-fit from a
+free list kept sorted by offset and merged with their neighbours; when none fits, ``put`` answers None and the tensor
+goes inline in the frame instead.
 """
 
 from __future__ import annotations
 
 import bisect
-import contextlib
 import mmap
 import os
-import secrets
-import tempfile
-from pathlib import Path
 
 import numpy as np
 
@@ -24,23 +24,20 @@ from ._wire import Arena
 ALIGN = 64
 
 
-def _folder() -> Path:
-    shm = Path("/dev/shm")
-    return shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
+def memfd(size: int, name: str = "modelsvc-ingest") -> int:
+    """A new anonymous shared-memory file of ``size`` bytes (its descriptor is inheritable by a child)."""
+    fd = os.memfd_create(name, 0)
+    os.ftruncate(fd, size)
+    return fd
 
 
 class OwnedArena(Arena):
-    """The arena this process writes into."""
+    """The arena this process writes into, on ``fd`` (a new one when None)."""
 
-    def __init__(self, size: int, prefix: str = "modelsvc") -> None:
+    def __init__(self, size: int, fd: int | None = None) -> None:
         self.size = size
-        self.path = _folder() / f"{prefix}-{os.getpid()}-{secrets.token_hex(4)}"
-        fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
-        try:
-            os.ftruncate(fd, size)
-            self._map = mmap.mmap(fd, size)
-        finally:
-            os.close(fd)
+        self.fd = memfd(size) if fd is None else fd
+        self._map = mmap.mmap(self.fd, size)
         self._array = np.frombuffer(self._map, dtype=np.uint8)
         self._free: list[tuple[int, int]] = [(0, size)]  # (offset, length), sorted by offset
         self.in_use = 0
@@ -77,21 +74,16 @@ class OwnedArena(Arena):
             i -= 1
         self._free.insert(i, (offset, length))
 
-    def unlink(self) -> None:
-        """Remove the file; the mappings stay valid (both sides unlink once both have mapped it)."""
-        with contextlib.suppress(FileNotFoundError):
-            self.path.unlink()
+    def close_fd(self) -> None:
+        """Close the descriptor (once the peer has its own); the mapping stays."""
+        os.close(self.fd)
 
 
 class ArenaView(Arena):
     """The peer's arena, mapped to read its blocks."""
 
-    def __init__(self, path: str, size: int) -> None:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            self._map = mmap.mmap(fd, size, prot=mmap.PROT_READ)
-        finally:
-            os.close(fd)
+    def __init__(self, fd: int, size: int) -> None:
+        self._map = mmap.mmap(fd, size, prot=mmap.PROT_READ)
 
     def view(self, block: tuple[int, int]) -> memoryview:
         offset, length = block

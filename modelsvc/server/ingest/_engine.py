@@ -40,10 +40,11 @@ logger = logging.getLogger("modelsvc.ingest")
 class EngineChannel:
     """Listens on ``path`` for the ingest workers and serves their calls through ``dataplane``."""
 
-    def __init__(self, dataplane: DataPlane, path: str, arena_size: int) -> None:
+    def __init__(self, dataplane: DataPlane, path: str) -> None:
         self.dataplane = dataplane
         self.path = path
-        self.arena_size = arena_size
+        self.arenas: dict[int, tuple[ArenaView, OwnedArena]] = {}
+        """Each worker's arenas (its inputs, read here; its outputs, written here), by index: made when it starts."""
         self.links: set[WorkerLink] = set()
         self.changed = asyncio.Event()
         """Set when a worker starts listening (``listening`` counts them)."""
@@ -95,8 +96,6 @@ class WorkerLink(asyncio.Protocol):
         self.transport = None
         for task in list(self.tasks.values()):
             task.cancel()  # nobody is left to answer: a queued request is withdrawn, a running one is dropped
-        if self.outputs is not None:
-            self.outputs.unlink()
 
     def close(self) -> None:
         if self.transport is not None:
@@ -144,9 +143,8 @@ class WorkerLink(asyncio.Protocol):
         else:
             self.pid = message.pid
             self.index = message.index
-            self.inputs = ArenaView(message.arena, message.arena_size)
-            self.outputs = OwnedArena(self.channel.arena_size, prefix=f"modelsvc-out-{message.pid}")
-            self._send(Welcome(str(self.outputs.path), self.outputs.size))
+            self.inputs, self.outputs = self.channel.arenas.get(message.index, (None, None))
+            self._send(Welcome())
 
     def _trace(self, call: Call) -> Any:
         tracing = self.channel.dataplane.tracing

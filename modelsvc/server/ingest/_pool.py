@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client.metrics_core import Metric
 
+from ._arena import ArenaView, OwnedArena, memfd
 from ._engine import EngineChannel
 
 if TYPE_CHECKING:
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("modelsvc.ingest")
 
-DEFAULT_ARENA_BYTES = 64 * 1024 * 1024
+DEFAULT_ARENA_BYTES = 32 * 1024 * 1024
 """Each side's shared memory per worker (inputs in the worker's, outputs in the engine's); past it, tensors go
 inline."""
 
@@ -94,7 +95,7 @@ class Ingest:
 
     async def start(self, dataplane: DataPlane) -> None:
         """Open the channel, start the workers, and wait until each has reached the engine."""
-        self.channel = EngineChannel(dataplane, self.channel_path, self.options.ingest_arena_bytes)
+        self.channel = EngineChannel(dataplane, self.channel_path)
         await self.channel.start()
         spec = WorkerSpec(
             self.options,
@@ -120,11 +121,21 @@ class Ingest:
             logger.warning("%d of %d ingest workers listening after %d s", *late)
 
     async def _watch(self, index: int, spec_path: Path, started: asyncio.Future[None]) -> None:
+        assert self.channel is not None
+        size = self.options.ingest_arena_bytes
         while not self._stopped():
             began = time.monotonic()
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "modelsvc.server.ingest", str(spec_path), str(index)
-            )
+            # fresh arenas for each life of the worker: nothing of a dead one's blocks is taken for free
+            inputs, outputs = memfd(size), OwnedArena(size)
+            self.channel.arenas[index] = (ArenaView(inputs, size), outputs)
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    sys.executable, "-m", "modelsvc.server.ingest", str(spec_path), str(index), str(inputs),
+                    str(outputs.fd), pass_fds=(inputs, outputs.fd),
+                )  # fmt: skip
+            finally:
+                os.close(inputs)  # the mappings stay; the child has its own descriptors
+                outputs.close_fd()
             self.procs[index] = proc
             if not started.done():
                 started.set_result(None)

@@ -9,7 +9,6 @@ when it is still queued. Input blocks in the worker's arena are freed when the e
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import os
 from collections.abc import Sequence
@@ -45,11 +44,11 @@ class _Pending:
 class EngineLink(asyncio.Protocol):
     """This worker's connection to the engine."""
 
-    def __init__(self, arena: OwnedArena, index: int) -> None:
+    def __init__(self, arena: OwnedArena, engine_arena: ArenaView, index: int) -> None:
         self.index = index
         self.loop = asyncio.get_running_loop()
         self.arena = arena
-        self.engine_arena: ArenaView | None = None
+        self.engine_arena = engine_arena
         self.transport: asyncio.Transport | None = None
         self.reader = FrameReader()
         self.pending: dict[int, _Pending] = {}
@@ -61,10 +60,10 @@ class EngineLink(asyncio.Protocol):
         self._release: list[tuple[int, int]] = []
 
     @classmethod
-    async def connect(cls, path: str, arena: OwnedArena, index: int) -> EngineLink:
+    async def connect(cls, path: str, arena: OwnedArena, engine_arena: ArenaView, index: int) -> EngineLink:
         loop = asyncio.get_running_loop()
-        _, link = await loop.create_unix_connection(lambda: cls(arena, index), path)
-        link.send(Hello(_pid(), index, str(arena.path), arena.size))
+        _, link = await loop.create_unix_connection(lambda: cls(arena, engine_arena, index), path)
+        link.send(Hello(os.getpid(), index))
         await link.welcomed
         return link
 
@@ -101,11 +100,6 @@ class EngineLink(asyncio.Protocol):
         for body in self.reader.feed(data):
             message = decode_to_worker(body)
             if isinstance(message, Welcome):
-                self.engine_arena = ArenaView(message.arena, message.arena_size)
-                # both sides have mapped both arenas: their files can go, so no kill leaves one behind
-                self.arena.unlink()
-                with contextlib.suppress(OSError):
-                    os.unlink(message.arena)
                 self.welcomed.set_result(None)
                 continue
             pending = self.pending.get(message.id)
@@ -202,7 +196,3 @@ class RemoteDataPlane:
         if reply.error is not None:
             raise error_of(reply.error)
         return link.take_response(reply)
-
-
-def _pid() -> int:
-    return os.getpid()

@@ -7,9 +7,9 @@ numpy copy in C, and the receiver's arrays are views on the frame or on the aren
 
 The messages (``array_like``: a list on the wire, no field names):
 
-- worker -> engine: ``Hello`` (first: its arena), ``Listening`` (its ports are open), ``Call`` (one request),
+- worker -> engine: ``Hello`` (first: which worker), ``Listening`` (its ports are open), ``Call`` (one request),
   ``Cancel`` (its client went away), ``Release`` (output blocks of the engine's arena the worker has written out);
-- engine -> worker: ``Welcome`` (first: the engine's arena for this worker's outputs), ``Reply`` (a response or an
+- engine -> worker: ``Welcome`` (first: its arenas are ready), ``Reply`` (a response or an
   error).
 """
 
@@ -98,19 +98,14 @@ class Reply(msgspec.Struct, array_like=True, tag=4):
 
 
 class Hello(msgspec.Struct, array_like=True, tag=5):
-    """A worker's first message: who it is and the arena it puts its inputs in."""
+    """A worker's first message: who it is (its index names the arenas the engine made for it)."""
 
     pid: int
     index: int
-    arena: str
-    arena_size: int
 
 
 class Welcome(msgspec.Struct, array_like=True, tag=6):
-    """The engine's answer: the arena it puts this worker's outputs in."""
-
-    arena: str
-    arena_size: int
+    """The engine's answer: it has this worker's arenas mapped."""
 
 
 class Listening(msgspec.Struct, array_like=True, tag=7):

@@ -18,7 +18,7 @@ from typing import Any, cast
 
 from ..grpc import GrpcServer
 from ..http import HttpServer, InferEndpoint
-from ._arena import OwnedArena
+from ._arena import ArenaView, OwnedArena
 from ._pool import WorkerSpec
 from ._proxy import ProxyService, http_proxy
 from ._remote import EngineLink, ForwardTracing, RemoteDataPlane
@@ -27,18 +27,17 @@ from ._wire import Listening
 logger = logging.getLogger("modelsvc.ingest")
 
 
-async def run_worker(spec: WorkerSpec, index: int) -> int:
-    arena = OwnedArena(spec.arena_bytes, prefix=f"modelsvc-in-{index}")
+async def run_worker(spec: WorkerSpec, index: int, inputs_fd: int, outputs_fd: int) -> int:
+    """Serve as worker ``index``, with the arenas the engine made for it: inputs written here, outputs read here."""
+    arena = OwnedArena(spec.arena_bytes, inputs_fd)
+    engine_arena = ArenaView(outputs_fd, spec.arena_bytes)
     try:
-        try:
-            link = await EngineLink.connect(spec.channel, arena, index)
-        except (OSError, ConnectionError) as exc:
-            logger.error("ingest worker %d: cannot reach the engine: %s", index, exc)
-            return 1
-        plane = cast(Any, RemoteDataPlane(link, ForwardTracing() if spec.tracing else None))
-        return await _serve(spec, index, plane, link)
-    finally:
-        arena.unlink()
+        link = await EngineLink.connect(spec.channel, arena, engine_arena, index)
+    except (OSError, ConnectionError) as exc:
+        logger.error("ingest worker %d: cannot reach the engine: %s", index, exc)
+        return 1
+    plane = cast(Any, RemoteDataPlane(link, ForwardTracing() if spec.tracing else None))
+    return await _serve(spec, index, plane, link)
 
 
 async def _serve(spec: WorkerSpec, index: int, plane: Any, link: EngineLink) -> int:
@@ -100,7 +99,7 @@ async def _serve(spec: WorkerSpec, index: int, plane: Any, link: EngineLink) -> 
 
 
 def main(argv: list[str]) -> int:
-    spec_path, index = Path(argv[0]), int(argv[1])
+    spec_path, index, inputs_fd, outputs_fd = Path(argv[0]), int(argv[1]), int(argv[2]), int(argv[3])
     spec: WorkerSpec = pickle.loads(spec_path.read_bytes())
     logging.basicConfig(
         level=logging.DEBUG if spec.options.log_verbose > 0 else logging.INFO,
@@ -114,4 +113,4 @@ def main(argv: list[str]) -> int:
     except ImportError:  # pragma: no cover - uvloop comes with litestar[standard]
         runner = asyncio.Runner()
     with runner:
-        return int(runner.run(run_worker(spec, index)))
+        return int(runner.run(run_worker(spec, index, inputs_fd, outputs_fd)))
