@@ -6,7 +6,6 @@ from __future__ import annotations
 import itertools
 import os
 import random
-from pathlib import Path
 
 import numpy as np
 import pytest
