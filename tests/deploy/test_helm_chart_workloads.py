@@ -187,7 +187,9 @@ def test_triton_switch_changes_image_and_command_and_adds_shared_memory(renderer
     assert t["image"] == "nvcr.io/nvidia/tritonserver:24.10-py3"
     assert t["command"] == ["tritonserver"]
     assert m["command"] == ["modelsvc", "serve"]
-    assert t["args"] == m["args"]  # one flag syntax: the same repository, ports and drain
+    # one flag syntax: the same repository, ports and drain; modelsvc adds its own --workers (ingest processes)
+    assert t["args"] == [a for a in m["args"] if not a.startswith("--workers=")]
+    assert flag(m["args"], "workers") is not None
     assert [p["containerPort"] for p in t["ports"]] == [8000, 8001, 8002]
     for docs in (triton, same_repo):
         spec = pod_spec(docs, "model")
@@ -285,3 +287,32 @@ def test_pods_run_as_non_root_with_pinned_images(renderer: Renderer, values_set:
             assert tag, image
             assert "/" not in tag, image
             assert tag != "latest", image
+
+
+@pytest.mark.parametrize(
+    ("cpu", "workers"),
+    [("500m", "0"), ("2", "0"), ("2500m", "1"), ("3", "2"), ("4", "3"), ("15500m", "14"), ("16", "15"), (None, "auto")],
+)
+def test_modelsvc_takes_its_ingest_workers_from_the_cpu_request(
+    renderer: Renderer, cpu: str | None, workers: str
+) -> None:
+    """--workers auto in the chart: none at 2 CPUs or fewer, else one per whole CPU requested but the engine's."""
+    cpu_set = (
+        ("--set", "model.resources.requests.cpu=null", "--set", "autoscaling.enabled=false")
+        if cpu is None
+        else ("--set-string", f"model.resources.requests.cpu={cpu}")
+    )
+    args = container(render_set(renderer, None, *cpu_set), "model")["args"]
+    assert flag(args, "workers") == workers
+    assert (
+        flag(container(render_set(renderer, None, *cpu_set, "--set", "model.workers=6"), "model")["args"], "workers")
+        == "6"
+    )
+
+
+def test_triton_gets_no_workers_flag(renderer: Renderer) -> None:
+    args = container(
+        render_set(renderer, None, "--set", "model.server=triton", "--set-string", "model.resources.requests.cpu=8"),
+        "model",
+    )["args"]
+    assert flag(args, "workers") is None

@@ -134,6 +134,21 @@ a model call still in flight (the model half) is never cut. Call with (dict "roo
 {{- $bound }}
 {{- end }}
 
+{{/* modelsvc's --workers for the model pod: a count as given, or for auto the CPU request's (none at 2 CPUs or
+fewer, else one per whole CPU but the engine's); auto again when the container requests no CPU (modelsvc then
+reads its CPU limit). Call with the model map. */}}
+{{- define "ml-service.modelWorkers" -}}
+{{- $cpu := dig "requests" "cpu" "" (default (dict) .resources) | toString }}
+{{- if ne (toString .workers) "auto" }}
+{{- .workers }}
+{{- else if not $cpu }}
+{{- "auto" }}
+{{- else }}
+{{- $millis := ternary (trimSuffix "m" $cpu | float64) (mulf (float64 $cpu) 1000) (hasSuffix "m" $cpu) }}
+{{- if le $millis 2000.0 }}0{{ else }}{{ sub (floor (divf $millis 1000) | int) 1 }}{{ end }}
+{{- end }}
+{{- end }}
+
 {{/* The preStop hook of a half; call with the half's drain map. `sleep` is in every image (coreutils, busybox). */}}
 {{- define "ml-service.preStop" -}}
 preStop:
