@@ -306,7 +306,22 @@ def machine_line() -> str:
                 break
     except OSError:
         pass
-    return f"machine: nproc={os.cpu_count()}  cpu={cpu}  python={platform.python_version()}"
+    return f"machine: nproc={os.cpu_count()}  cpu={cpu}  flags={simd_flags()}  python={platform.python_version()}"
+
+
+SIMD_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8")
+"""The CPU flags that decide what the runtimes compute with (fp32 vector width, bf16, int8 dot products, AMX)."""
+
+
+def simd_flags() -> str:
+    """Which of SIMD_FLAGS this CPU has, as /proc/cpuinfo names them ("none" when it has none or cannot say)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "unknown"
+    line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
+    have = set(line.split(":", 1)[-1].split())
+    return ",".join(f for f in SIMD_FLAGS if f in have) or "none"
 
 
 def _fmt(v: float | None, spec: str) -> str:
