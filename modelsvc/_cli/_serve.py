@@ -133,10 +133,12 @@ def add(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "a thread hand-off per call). modelsvc's own flag",
     )
     for flag, kind, metavar, text in (
-        ("--grpc-max-concurrent-streams", positive, "N", "calls one connection may have open (default 1000); more "
+        ("--grpc-max-concurrent-streams", positive, "N", "calls one connection may have open (default 100); more "
          "are refused (REFUSED_STREAM). grpc core's grpc.max_concurrent_streams"),
-        ("--grpc-connection-window", message_size, "BYTES", "request bytes one connection, and one call, may send "
-         "ahead of the calls reading them (default 4 MiB + 64 KiB)"),
+        ("--grpc-stream-window", message_size, "BYTES", "request bytes a call may send ahead of its reading them "
+         "(SETTINGS_INITIAL_WINDOW_SIZE, default 65536)"),
+        ("--grpc-connection-window", message_size, "BYTES", "window a connection's calls may be given beyond that, "
+         "for larger messages, until they are read (default 4 MiB; one larger message when nothing else has it)"),
         ("--grpc-max-metadata-size", positive, "BYTES", "largest header block as it arrives (default 65536); a "
          "larger one closes the connection (ENHANCE_YOUR_CALM)"),
         ("--grpc-buffer-budget", positive, "BYTES", "request bytes all connections may hold unread (default 256 "
@@ -209,7 +211,7 @@ def run(args: argparse.Namespace) -> int:
         given = {
             "max_concurrent_streams": args.grpc_max_concurrent_streams,
             "connection_window": args.grpc_connection_window,
-            "stream_window": args.grpc_connection_window,
+            "stream_window": args.grpc_stream_window,
             "max_metadata_size": args.grpc_max_metadata_size,
             "buffer_budget": args.grpc_buffer_budget,
         }

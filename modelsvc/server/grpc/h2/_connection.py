@@ -78,7 +78,7 @@ from ._frames import (
     frame,
     literal,
 )
-from ._inflow import GRANT_BELOW, Inflow
+from ._inflow import Inflow
 from ._limits import Budget, H2Limits
 from ._stream import H2Stream
 
@@ -133,11 +133,10 @@ class H2Connection(Inflow, asyncio.Protocol):
         self.peer_max_frame = 16384
         self.send_window = 65535
         # receiving: what the peer may still send, what the calls have not read, one message let past the window
-        self.recv_window = limits.connection_window
+        self.recv_window = MAX_WINDOW
         self.held = 0
-        self._granted: H2Stream | None = None
-        self._grant = 0
-        self._grant_until = 0
+        self.reserved = 0
+        self._waiting: dict[int, H2Stream] = {}
         self._data_seen = False
         self._resets = 0  # streams the peer reset, less those this side completed
         self._calm = 0.0  # PINGs and SETTINGS since the last HEADERS or DATA, less one a second
@@ -163,10 +162,7 @@ class H2Connection(Inflow, asyncio.Protocol):
                 (SETTINGS_MAX_HEADER_LIST_SIZE, limits.max_metadata_size),
             )
         )
-        out: list[bytes | memoryview] = [frame(SETTINGS, 0, 0, settings)]
-        if self.recv_window > 65535:
-            out.append(frame(WINDOW_UPDATE, 0, 0, _U32.pack(self.recv_window - 65535)))
-        self._write(out)
+        self._write([frame(SETTINGS, 0, 0, settings), frame(WINDOW_UPDATE, 0, 0, _U32.pack(MAX_WINDOW - 65535))])
 
     def connection_lost(self, exc: Exception | None) -> None:
         for stream in list(self.streams.values()):
@@ -206,8 +202,6 @@ class H2Connection(Inflow, asyncio.Protocol):
             buffer += data[used:]
         if self._data_seen:
             self._data_seen = False
-            if self.recv_window < GRANT_BELOW and self._granted is None:
-                self._grant_one()
             if self.budget.used > self.budget.limit:
                 self.budget.reclaim(ENHANCE_YOUR_CALM)
 

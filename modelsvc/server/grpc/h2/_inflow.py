@@ -1,16 +1,24 @@
-"""The receiving side of ``_connection``'s flow control: the windows a peer gets, opened again as calls read
-their messages, one message at a time let past a spent connection window, and the process-wide ``Budget``."""
+"""The receiving side of ``_connection``'s flow control: what a peer may send, and the process-wide ``Budget``.
+
+Stream windows carry all the credit (the connection's window only follows what arrives). A stream may send its
+initial window (``H2Limits.stream_window``) ahead of its call; a message larger than that gets the window it
+still needs as a whole, reserved from the connection's ``connection_window`` (one message larger than that when
+nothing else is reserved), and a stream that finds it taken waits until a call reads a message. A stream's
+window is opened again as its call reads, not as bytes arrive. So what a connection can hold unread is its open
+streams' initial windows and its reservations, and every reserved message can finish: credit given to one stream
+cannot be spent on another.
+"""
 
 from __future__ import annotations
 
 import asyncio
 
-from ._frames import _U32, CANCEL, END_STREAM, FLOW_CONTROL_ERROR, NO_ERROR, WINDOW_UPDATE, frame
+from ._frames import _U32, CANCEL, END_STREAM, FLOW_CONTROL_ERROR, MAX_WINDOW, NO_ERROR, WINDOW_UPDATE, frame
 from ._limits import Budget, H2Limits
 from ._stream import H2Stream
 
-GRANT_BELOW = 1 << 16
-"""A connection window below this, with a message that cannot finish in it: the message gets what it needs."""
+CONNECTION_TOP_UP = 1 << 30
+"""The connection's receive window is opened again once it is below this (it bounds nothing: streams do)."""
 
 
 class Inflow:
@@ -25,11 +33,10 @@ class Inflow:
     """What the peer may still send on the connection."""
     held: int
     """Request bytes received and not yet read by the calls (nor let go)."""
-    _granted: H2Stream | None
-    """The stream whose message was let past the connection's window; ``_grant``: by how much; ``_grant_until``:
-    the stream's ``received`` once that message is in."""
-    _grant: int
-    _grant_until: int
+    reserved: int
+    """Window given to streams beyond their initial windows, for messages not yet read."""
+    _waiting: dict[int, H2Stream]
+    """Streams whose message needs more window than they have, and found it reserved by others."""
     _data_seen: bool
 
     def _write(self, parts: list[bytes | memoryview]) -> None:
@@ -47,14 +54,15 @@ class Inflow:
     def _data(self, flags: int, sid: int, payload: memoryview) -> None:
         size = len(payload)
         self.recv_window -= size
+        if self.recv_window < CONNECTION_TOP_UP:
+            self._write([frame(WINDOW_UPDATE, 0, 0, _U32.pack(MAX_WINDOW - self.recv_window))])
+            self.recv_window = MAX_WINDOW
         self._data_seen = True
         stream = self.streams.get(sid)
         if stream is None or stream.ended:
-            self._top_up()  # a stream already answered or reset: its data is dropped, and taken as read
-            return
+            return  # a stream already answered or reset: its data is dropped
         if size > stream.recv_window:
             self.reset_stream(stream, FLOW_CONTROL_ERROR)
-            self._top_up()
             return
         stream.recv_window -= size
         data = self._unpad(flags, payload)
@@ -66,72 +74,78 @@ class Inflow:
         if kept:
             self.held += kept
             self.budget.used += kept
-        if kept != size:  # padding, a message refused: taken as read
-            self._top_up()
         if flags & END_STREAM:
             stream.ended = True
-        elif stream._buffer:
-            need = stream.need()
-            if need > stream.recv_window:  # a message larger than the stream's window: the window it needs
-                self._write([frame(WINDOW_UPDATE, 0, sid, _U32.pack(need - stream.recv_window))])
-                stream.recv_window = need
-        if stream is self._granted and (stream.received >= self._grant_until or not stream.need()):
-            self._granted, self._grant = None, 0
+        elif stream._buffer and stream.need() > stream.recv_window:
+            self._extend(stream)
         if stream.messages or stream.ended or stream.error is not None:
             stream._wake()
 
+    def _extend(self, stream: H2Stream) -> bool:
+        """Give the stream the window its message still needs, if the connection's reservations and the budget
+        allow; else it waits (False)."""
+        more = stream.need() - stream.recv_window
+        if more <= 0:
+            return True
+        if (self.reserved and self.reserved + more > self.limits.connection_window) or (
+            self.budget.used + more > self.budget.limit
+        ):
+            self._waiting[stream.sid] = stream
+            if self.budget.used + more > self.budget.limit:
+                self.budget.waiting.add(self)
+            return False
+        self._waiting.pop(stream.sid, None)
+        self.reserved += more
+        stream.reserved += more
+        stream.recv_window += more
+        self._write([frame(WINDOW_UPDATE, 0, stream.sid, _U32.pack(more))])
+        return True
+
+    def extend_waiting(self) -> None:
+        """Reservations (or the budget) freed: the streams that wait get their windows, oldest first."""
+        for stream in list(self._waiting.values()):
+            if stream.sid not in self.streams or not stream.need():
+                self._waiting.pop(stream.sid, None)
+            elif not self._extend(stream):
+                return
+
     def consumed(self, stream: H2Stream, size: int) -> None:
-        """A call read a message of ``size`` bytes (as they arrived): the peer may send as much again."""
+        """A call read a message of ``size`` bytes (as they arrived): the stream may send as much again."""
         if self.streams.get(stream.sid) is not stream or stream.held < size:
             return  # the stream (or the connection) is over: what it held was let go then
         stream.held -= size
         self.held -= size
         self.budget.used -= size
-        if not stream.ended and stream.sid in self.streams:
+        if stream.reserved:
+            freed = min(stream.reserved, size)
+            stream.reserved -= freed
+            self.reserved -= freed
+        if not stream.ended:
             window = self.limits.stream_window
             more = window - stream.held - stream.recv_window
             if more >= window >> 2:
                 stream.recv_window += more
                 self._write([frame(WINDOW_UPDATE, 0, stream.sid, _U32.pack(more))])
-        self._top_up()
+        self._freed()
 
-    def _top_up(self) -> None:
-        """Open the connection's window again by what was read since, once that is worth a frame."""
-        window = self.limits.connection_window
-        more = window + self._grant - self.held - self.recv_window
-        if more >= window >> 2 or (more > 0 and self.recv_window < GRANT_BELOW):
-            self.recv_window += more
-            self._write([frame(WINDOW_UPDATE, 0, 0, _U32.pack(more))])
-
-    def _grant_one(self) -> None:
-        """The connection's window is spent: if a message that has begun cannot finish in what is left, let the
-        oldest such one finish (within the budget), so that partial messages never hold the window for good."""
-        if not self.held:
-            return
-        for stream in self.streams.values():
-            need = stream.need()
-            if need > 0:
-                break
-        else:
-            return
-        grant = need - self.recv_window
-        if grant <= 0 or self.budget.used + grant > self.budget.limit:
-            return
-        self._granted, self._grant, self._grant_until = stream, grant, stream.received + need
-        self.recv_window += grant
-        self._write([frame(WINDOW_UPDATE, 0, 0, _U32.pack(grant))])
+    def _freed(self) -> None:
+        if self._waiting:
+            self.extend_waiting()
+        if self.budget.waiting:
+            self.budget.wake()
 
     def _forget(self, stream: H2Stream) -> None:
-        """The stream is over: what it held unread is let go."""
+        """The stream is over: what it held unread and what was reserved for it are let go."""
         self.streams.pop(stream.sid, None)
         self._blocked.pop(stream.sid, None)
-        if stream is self._granted:
-            self._granted, self._grant = None, 0
+        self._waiting.pop(stream.sid, None)
+        self.reserved -= stream.reserved
+        stream.reserved = 0
         if stream.held:
             self.held -= stream.held
             self.budget.used -= stream.held
             stream.held = 0
-            self._top_up()
+        self._freed()
 
     def _let_go(self) -> None:
         """The connection ends: what it held leaves the budget."""
@@ -140,3 +154,6 @@ class Inflow:
         for stream in self.streams.values():
             stream.held = 0
         self.budget.holders.discard(self)
+        self.budget.waiting.discard(self)
+        if self.budget.waiting:
+            self.budget.wake()

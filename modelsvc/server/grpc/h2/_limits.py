@@ -11,25 +11,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-DEFAULT_WINDOW = (4 << 20) + (64 << 10)
-"""4 MiB, grpc's default largest message, and room for its envelope: such a message arrives in one DATA frame."""
-
 
 @dataclass(frozen=True, slots=True)
 class H2Limits:
     """The bounds of each connection of the h2 engine (``--grpc-*`` flags of ``modelsvc serve``)."""
 
-    max_concurrent_streams: int = 1000
+    max_concurrent_streams: int = 100
     """SETTINGS_MAX_CONCURRENT_STREAMS, advertised and enforced: a stream beyond it is refused (REFUSED_STREAM).
     grpc core's ``grpc.max_concurrent_streams`` (unbounded by default; grpc clients queue calls beyond it)."""
-    connection_window: int = DEFAULT_WINDOW
-    """Request bytes one connection may have in flight and unread by the calls: the connection's receive window
-    is opened again as calls read their messages, not as bytes arrive. One message larger than what is left may
-    still finish (one at a time per connection, within ``buffer_budget``), so any message up to the size limit
-    arrives."""
-    stream_window: int = DEFAULT_WINDOW
-    """SETTINGS_INITIAL_WINDOW_SIZE: what one stream may send ahead of its call reading it; a message declared
-    larger than that (and within the size limit) gets the window it needs."""
+    stream_window: int = 1 << 16
+    """SETTINGS_INITIAL_WINDOW_SIZE: what a stream may send ahead of its call reading it (grpc core starts at
+    64 KiB too); a message up to this size goes without waiting for the server."""
+    connection_window: int = 4 << 20
+    """Window one connection's streams may be given beyond their initial windows, for the messages larger than
+    those, until their calls read them (a message gets all it still needs at once, or waits; one larger than this
+    may have it when nothing else does). With ``max_concurrent_streams`` x ``stream_window`` it bounds what a
+    connection can make the server hold (10.4 MiB by default, or one largest message more)."""
     max_metadata_size: int = 64 << 10
     """Largest header block, compressed, as it arrives (HEADERS and its CONTINUATION frames together), and
     SETTINGS_MAX_HEADER_LIST_SIZE: a larger one closes the connection (ENHANCE_YOUR_CALM) before it is kept."""
@@ -54,8 +51,8 @@ class H2Limits:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
         for name in ("connection_window", "stream_window"):
-            if not 65535 <= getattr(self, name) <= 2**31 - 1:
-                raise ValueError(f"{name} must be between 65535 and 2^31-1 bytes")
+            if not 1024 <= getattr(self, name) <= 2**31 - 1:
+                raise ValueError(f"{name} must be between 1024 and 2^31-1 bytes")
         if self.max_reset_streams < 0:
             raise ValueError("max_reset_streams must be at least 0")
 
@@ -67,16 +64,26 @@ class Holder(Protocol):
 
     def close(self, code: int = ..., reason: str = ...) -> None: ...
 
+    def extend_waiting(self) -> None: ...
+
 
 class Budget:
     """Request bytes held unread by all connections (each adds and takes back its own ``held``)."""
 
-    __slots__ = ("holders", "limit", "used")
+    __slots__ = ("holders", "limit", "used", "waiting")
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.used = 0
         self.holders: set[Holder] = set()
+        self.waiting: set[Holder] = set()  # connections with a stream waiting for the budget to have room
+
+    def wake(self) -> None:
+        """Room again: the connections that wait for it give their streams the windows they need."""
+        if self.used < self.limit:
+            for holder in list(self.waiting):
+                self.waiting.discard(holder)
+                holder.extend_waiting()
 
     def reclaim(self, code: int) -> None:
         """Over the budget: close the connections that hold the most until it is kept (each gives its bytes back

@@ -63,6 +63,7 @@ class H2Stream:
         "messages",
         "received",
         "recv_window",
+        "reserved",
         "reset",
         "send_window",
         "sid",
@@ -90,6 +91,7 @@ class H2Stream:
         self.recv_window = recv_window  # what the peer may still send on it
         self.received = 0  # request bytes that arrived on it (DATA, without padding)
         self.held = 0  # of those, what is kept unread: the partial message and the queued ones
+        self.reserved = 0  # window given beyond the initial one, for messages not yet read
         self._wire: collections.deque[int] = collections.deque()  # each queued message's size as it arrived
 
     # -- receiving ------------------------------------------------------------------------------------------
