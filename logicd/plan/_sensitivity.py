@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from ._options import Planned, ResolvedService, build_option, traffic_of, with_capacity
 from ._pack import NoFit
+from ._schema import PlanError
 
 __all__ = ["TRAFFIC_LEVELS", "BreakEven", "Crossover", "Sensitivity", "sensitivity"]
 
@@ -91,7 +92,7 @@ def _cost(planned: Planned, services: list[ResolvedService], name: str, traffic:
     o = planned.option(name)
     try:
         built = build_option(planned.plan, planned.shapes, services, o.kind, o.family, traffic, (at,), name)
-    except NoFit:
+    except (NoFit, PlanError):  # no node holds a pod, or more pods than the planner sizes: no cost there
         return None
     if built.unavailable:
         return None

@@ -120,14 +120,16 @@ def _break_even(b: BreakEven, colour: str, top: float, left: float) -> list[str]
     pts = [(x, c) for x, c in b.curve if math.isfinite(c) and c > 0]
     if not pts:
         return []
-    chart = _Chart(left + 60, top + 26, 420, 200, [x for x, _ in pts], [c for _, c in pts] + [b.alternative_cost])
+    level = [b.alternative_cost] if b.alternative_cost > 0 else []  # free nodes draw no level on a log scale
+    chart = _Chart(left + 60, top + 26, 420, 200, [x for x, _ in pts], [c for _, c in pts] + level)
     title = f"{b.service}/{b.variant}: $/hour of its split against {b.unit}/s per pod"
     out = [f'<text x="{left}" y="{top + 14}" font-size="11" font-weight="bold">{_e(title)}</text>']
     out += chart.frame(f"{b.unit}/s per pod", "$/hour")
     x0, x1 = chart.x0, chart.x1
-    out.append(chart.line([(x0, b.alternative_cost), (x1, b.alternative_cost)], "#555", "5,3", 1.5))
-    out.append(f'<text x="{chart.x + chart.w - 4}" y="{chart.py(b.alternative_cost) - 4:.1f}" font-size="9" '
-               f'text-anchor="end" fill="#555">{_e(b.alternative)}</text>')  # fmt: skip
+    if level:
+        out.append(chart.line([(x0, b.alternative_cost), (x1, b.alternative_cost)], "#555", "5,3", 1.5))
+        out.append(f'<text x="{chart.x + chart.w - 4}" y="{chart.py(b.alternative_cost) - 4:.1f}" font-size="9" '
+                   f'text-anchor="end" fill="#555">{_e(b.alternative)}</text>')  # fmt: skip
     out.append(chart.line(pts, colour))
     out.append(chart.vline(b.measured, "#333", f"measured {b.measured:.3g}"))
     if b.at is not None:

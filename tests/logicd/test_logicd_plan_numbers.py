@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from logicd._cli import main
-from logicd.plan import PlanError, example_plan, parse_plan, plan_all
+from logicd.plan import PlanError, Sensitivity, example_plan, parse_plan, plan_all
 
 ROOT = Path(__file__).resolve().parents[2]
 WRITEUP = example_plan("accelerators")
@@ -94,3 +94,16 @@ def test_the_no_fit_message_names_only_the_types_the_pod_may_use() -> None:
     assert "(only ['inf1.xlarge'] allowed); the largest it may use, inf1.xlarge, leaves pods cpu 3420m" in message
     assert "c6i" not in message
     assert "g4dn" not in message
+
+
+def test_a_plan_near_the_limit_plans_though_its_sweeps_pass_it() -> None:
+    """10^12 documents/s at 10^-5 per pod is 1.3 x 10^17 pods: planned; at 10x the traffic (past 10^18 pods) that
+    option has no cost in the table instead of the plan being refused."""
+    text = edited("peak_rps: 20  ", "peak_rps: 1e12")
+    text = text.replace("capacity: {rps: 1, p50_ms", "capacity: {rps: 1e-5, p50_ms")
+    p = plan_all(parse_plan(text, "plan.yaml"), ROOT, sensitive=True)
+    assert p.option("split-packed@inferentia").cost_peak > 1e16
+    assert isinstance(p.sensitivity, Sensitivity)
+    row = p.sensitivity.table["split-packed@inferentia"]
+    assert row[p.sensitivity.levels.index("1x peak")] == p.option("split-packed@inferentia").cost_peak
+    assert row[p.sensitivity.levels.index("10x peak")] is None
