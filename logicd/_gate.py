@@ -183,9 +183,7 @@ class RouteGate:
         waiter = _Waiter(size)
         self._waiters.append(waiter)
         self._waiting_bytes += size
-        wait = self.max_wait_s
-        if deadline is not None:
-            wait = min(wait, deadline - now)
+        wait = self.max_wait_s if deadline is None else deadline - now
         try:
             granted = await asyncio.wait_for(asyncio.shield(waiter.future), wait)
         except TimeoutError:
@@ -262,14 +260,16 @@ class RouteGate:
             self._calm_at = now
         elif now - self._calm_at > self.max_wait_s and now >= self.overloaded_until:
             self._overload(now, shed=False)  # a queue fed as fast as it drains: it stood longer than the budget
-        budget = target if now < self.overloaded_until else self.max_wait_s
-        if expected > budget:
+        if now < self.overloaded_until and expected > target:
             self._overload(now)
             return "full"
-        if deadline is not None:
+        if deadline is not None:  # the caller's deadline is its budget, longer or shorter than max_wait_s
             own = (self.cost.seconds_per_byte or 0.0) * size
             if expected + own > deadline - now:
                 return "late"  # one caller's deadline says nothing of the load: the route stays as it is
+        elif expected > self.max_wait_s:
+            self._overload(now)
+            return "full"
         return None
 
     def _overload(self, now: float, *, shed: bool = True) -> None:

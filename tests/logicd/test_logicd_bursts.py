@@ -154,12 +154,13 @@ def test_a_storm_is_held_to_about_one_request_of_wait(tmp_path: Path, models: Mo
 
 
 def test_the_callers_deadline_is_the_budget(tmp_path: Path, models: ModelsvcProcess) -> None:
-    """Six 300 ms requests at once: without a deadline the 30 s budget holds them all; each with
-    ``Request-Timeout: 1`` only those expected to finish within it are let in, and the rest are refused at once
-    with 503 and Retry-After (not left to wait into a 504)."""
-    with _logic(tmp_path, models, 30.0) as logic:
+    """Six 300 ms requests at once, against a ``max_wait_s`` of 1 s: each with ``Request-Timeout: 30`` they all wait
+    their turn (the caller's deadline is the budget, longer than the default); each with ``Request-Timeout: 1`` only
+    those expected to finish within it are let in, and the rest are refused at once with 503 and Retry-After (not
+    left to wait into a 504)."""
+    with _logic(tmp_path, models, 1.0) as logic:
         _teach(logic.base, 0.3)
-        ok, refused = _split(asyncio.run(_burst(logic.base, 6, 0.3)))
+        ok, refused = _split(asyncio.run(_burst(logic.base, 6, 0.3, {"Request-Timeout": "30"})))
         assert (len(ok), len(refused)) == (6, 0)
 
         ok, refused = _split(asyncio.run(_burst(logic.base, 6, 0.3, {"Request-Timeout": "1"})))
