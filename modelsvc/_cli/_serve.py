@@ -232,7 +232,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if load_models and mode is not ModelControlMode.EXPLICIT:
         logging.getLogger("modelsvc").warning("--load-model only applies in --model-control-mode explicit")
-    from ..server.ingest import DEFAULT_ARENA_BYTES, resolve_workers
+    from ..server._options import DEFAULT_ARENA_BYTES
+    from ..server.ingest import resolve_workers
 
     workers = resolve_workers(args.workers)
     if workers:

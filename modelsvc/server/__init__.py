@@ -1,6 +1,8 @@
 """The model server: the doors onto the engine (``modelsvc.engine``) and the process that runs them.
 
-- ``_serve``: ``modelsvc serve``, the process: the engine, its doors, metrics and tracing, shutdown;
+- ``_serve``: ``modelsvc serve``, the process: the engine, its doors, metrics and tracing, shutdown (``_options``: what
+  it takes);
+- ``ingest/``: ingest worker processes (``--workers``): the doors in N processes, the engine in this one;
 - ``_restricted``: restricted endpoints (``--http-restricted-api``, ``--grpc-restricted-protocol``);
 - ``http/``: the HTTP door: the inference endpoint, the httptools server, and the Litestar app for the other routes;
 - ``grpc/``: the gRPC door: the service, streams, codec and status codes; ``grpc/h2/`` the HTTP/2 engine;
@@ -10,8 +12,9 @@ The engine's names are re-exported here for code written against this package be
 """
 
 from ..engine import DataPlane, ModelControlMode, ModelEntry, ModelManager, ModelVersion, TensorSpec
+from ._options import ServeOptions
 from ._restricted import ApiCategory, RestrictedApis
-from ._serve import ServeOptions, create_metrics_app, serve
+from ._serve import create_metrics_app, serve
 from .http import HttpServer, InferEndpoint, Reply, create_http_app, infer_target
 from .observe import Metrics
 

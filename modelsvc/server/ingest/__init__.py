@@ -10,6 +10,6 @@ form across all connections, and all a client observes besides that work comes f
 - ``_wire``: the channel's frames and messages; ``_arena``: the shared memory large tensors cross in.
 """
 
-from ._pool import DEFAULT_ARENA_BYTES, Ingest, available_cpus, resolve_workers
+from ._pool import Ingest, available_cpus, resolve_workers
 
-__all__ = ["DEFAULT_ARENA_BYTES", "Ingest", "available_cpus", "resolve_workers"]
+__all__ = ["Ingest", "available_cpus", "resolve_workers"]

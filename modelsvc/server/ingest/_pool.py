@@ -29,13 +29,9 @@ from ._engine import EngineChannel
 
 if TYPE_CHECKING:
     from ...engine import DataPlane
-    from .._serve import ServeOptions
+    from .._options import ServeOptions
 
 logger = logging.getLogger("modelsvc.ingest")
-
-DEFAULT_ARENA_BYTES = 32 * 1024 * 1024
-"""Each side's shared memory per worker (inputs in the worker's, outputs in the engine's); past it, tensors go
-inline."""
 
 START_TIMEOUT_S = 60
 """How long ``start`` waits for every worker to open its ports."""
