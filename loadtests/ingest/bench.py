@@ -4,10 +4,11 @@
 
 One server per ``--workers`` value (0 is today's single process) serves identity FP32 [1,16] (max_batch_size 64,
 dynamic batching) and, when its ONNX Runtime build is there, the embedder's MiniLM (one 128-token window per
-request, at most 8 in flight, windows of 8 s or more). The servers are measured in turns, the order rotated each round (these machines are shared and noisy),
-with perf_analyzer at one concurrency over HTTP. For each point: requests/s, and the CPU per request from /proc of
-the engine process (which owns the models) and of its workers, per 10,000 requests. Ratios are against the single
-process (``--workers 0``) of the same round; the table shows their median over the rounds.
+request, at most 8 in flight, windows of 8 s or more). The servers are measured in turns, the order rotated each
+round (these machines are shared and noisy), with perf_analyzer at one concurrency over HTTP. For each point:
+requests/s, and the CPU per request from /proc of the engine process (which owns the models) and of its workers, per
+10,000 requests. Ratios are against the single process (``--workers 0``) of the same round; the table shows their
+median over the rounds.
 """
 
 from __future__ import annotations
