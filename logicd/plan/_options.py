@@ -71,6 +71,8 @@ class Resolved:
     node_types: frozenset[str] | None
     on_cpu: Resolved | None = None
     variant: str = ""
+    workers: int | None = None
+    """modelsvc's ``--workers`` for a model measured with ingest workers (its ``cpu`` counts them)."""
 
     @property
     def gpu(self) -> int:
@@ -111,6 +113,11 @@ def _default_name(plan: Plan, r: Resources, node_types: list[str] | None) -> str
     return labels.pop() if len(labels) == 1 else "+".join(sorted(wants))
 
 
+def _with_ingest(cpu: int, workers: int | None) -> int:
+    """A model pod's CPU request with its ingest workers counted: one CPU each and one for the engine, at least."""
+    return cpu if not workers else max(cpu, (workers + 1) * 1000)
+
+
 def _half(plan: Plan, half: Half, where: str, budget: float, base: Path, is_model: bool) -> list[Resolved]:
     per = half.inferences_per_request if is_model else 1.0
     on_cpu = None
@@ -124,12 +131,14 @@ def _half(plan: Plan, half: Half, where: str, budget: float, base: Path, is_mode
         allowed = frozenset(half.node_types) if half.node_types is not None else None
         name = _default_name(plan, half.resources, half.node_types) if is_model else ""
         measured = resolve_capacity(half.capacity, where, budget, base, per)
-        out.append(Resolved(cpu, memory, acc, measured, allowed, on_cpu, name))
+        workers = half.ingest_workers if is_model else None
+        out.append(Resolved(_with_ingest(cpu, workers), memory, acc, measured, allowed, on_cpu, name, workers))
     for j, v in enumerate(half.variants or []):
         cpu, memory, acc = _requests(v.resources)
         allowed = frozenset(v.node_types) if v.node_types is not None else None
         measured = resolve_capacity(v.capacity, f"{where}.variants[{j}] ({v.name})", budget, base, per)
-        out.append(Resolved(cpu, memory, acc, measured, allowed, on_cpu, v.name))
+        workers = v.ingest_workers
+        out.append(Resolved(_with_ingest(cpu, workers), memory, acc, measured, allowed, on_cpu, v.name, workers))
     return out
 
 

@@ -105,6 +105,9 @@ class Variant(_Struct, frozen=True, kw_only=True):
     """Where it was measured and may run; required when the node types offering its accelerator differ."""
     resources: Resources
     capacity: Capacity | None = None
+    ingest_workers: Annotated[int, msgspec.Meta(ge=0, le=1024)] | None = None
+    """modelsvc's ``--workers`` the capacity was measured with (ingest processes beside the one that owns the
+    models): the model pod requests at least one CPU for each and one for the engine, and the values set it."""
 
 
 class Half(_Struct, frozen=True, kw_only=True):
@@ -124,6 +127,9 @@ class Half(_Struct, frozen=True, kw_only=True):
     variants: list[Variant] | None = None
     """For a model: one entry per accelerator it was measured on, compared in one run (instead of
     ``resources``, ``capacity`` and ``node_types``)."""
+    ingest_workers: Annotated[int, msgspec.Meta(ge=0, le=1024)] | None = None
+    """modelsvc's ``--workers`` the capacity was measured with (ingest processes beside the one that owns the
+    models): the model pod requests at least one CPU for each and one for the engine, and the values set it."""
 
 
 class Service(_Struct, frozen=True, kw_only=True):

@@ -158,6 +158,9 @@ def values_for(planned: Planned, service: str, option: Option | None = None) -> 
             **placement(option, service, "model"),
         },
     }
+    workers = resolved.model_for(option.family).workers
+    if workers is not None and option.family != "cpu":
+        values["model"]["workers"] = workers  # the capacity's; the chart would derive the same from the CPU request
     if count:
         tolerations = values["model"].pop("tolerations", [])
         gpu["tolerations"] = tolerations  # the chart gives gpu.tolerations to the model pods
