@@ -24,12 +24,16 @@
 #   bench    --bench-s + 2-3 min (--bench-s + 240 s)  loadtests/gpu/bench_gpu.py against the plans served: in-process
 #                             TensorRT, ONNX Runtime CUDA, the served plan, beside the GPU's fp16 FLOP bound
 #   padding  2-3 min (300 s)  padding-aware batching's rows (loadtests/padding/bench.py --kind KIND_GPU, one round)
+#   ingest   8-9 min (510 s)  loadtests/gpu/bench_ingest.py: modelsvc serve --workers 0, 1, 4, 8, 15 under
+#                             perf_analyzer's one-row requests (the fp16 encoder on the GPU, identity) beside Triton
+#                             2.51's python backend and the encoder's 64-row figure (OUT/ingest.json, ingest-table.txt)
 # Each step writes OUT/logs/STEP.log and, when it passed, OUT/passed/STEP. The wheel folder (--wheels DIR or
 # $WHEELS, needed by setup only) holds every wheel setup installs, for this machine's Python and platform: nothing
 # is fetched (pip --no-index). Make it where the internet is, with NVIDIA's index as an extra index:
 #   pip download -d DIR setuptools '.[tensorrt,export,examples]' pytest pytest-asyncio pytest-timeout
 # The versions are the tensorrt extra's in pyproject.toml: this script names none. $EXTRA_PACKAGES names more
-# requirements to install from it (e.g. "onnxruntime-gpu[cuda,cudnn]").
+# requirements to install from it (e.g. "onnxruntime-gpu[cuda,cudnn]"; the ingest step's Triton column needs
+# nvidia-pytriton, and perf_analyzer needs nvidia-cuda-runtime-cu12 and the system's libb64.so.0d).
 #
 # Exit status: 0 every step asked for has passed; 1 a step failed (its name and the tail of its log are printed);
 # 2 usage, or this machine cannot run the check (no GPU, no wheel folder, no Python 3.11+); 3 the budget ended
@@ -38,10 +42,11 @@ set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
-STEPS=(setup export build compare test serve bench padding)
-declare -A LIMIT=([setup]=540 [export]=480 [build]=540 [compare]=360 [test]=480 [serve]=240 [bench]=480 [padding]=300)
+STEPS=(setup export build compare test serve bench padding ingest)
+declare -A LIMIT=([setup]=540 [export]=480 [build]=540 [compare]=360 [test]=480 [serve]=240 [bench]=480 [padding]=300
+  [ingest]=510)
 declare -A EXPECTED=([setup]="4-6 min" [export]="2-4 min" [build]="3-8 min" [compare]="1-3 min" [test]="2-5 min"
-  [serve]="1-2 min" [bench]="bench-s + 2-3 min" [padding]="2-3 min")
+  [serve]="1-2 min" [bench]="bench-s + 2-3 min" [padding]="2-3 min" [ingest]="8-9 min")
 
 usage() { sed -n '2,10p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 die() { echo "verify.sh: $*" >&2; exit 2; }
@@ -317,6 +322,15 @@ step_padding() {
   run bench-padding 280 "$PY" -m loadtests.padding --only minilm,accel --kind KIND_GPU \
     --rounds 1 --seconds 5 --output "$OUT/padding.md"
   sed -n '/^| model /,/^$/p' "$OUT/padding.md" | tee "$OUT/padding-table.txt"
+}
+
+step_ingest() {
+  # the bench trims its grid to its budget; the rest of the limit covers the servers' stops and Python's start
+  run bench-ingest 500 "$PY" -m loadtests.gpu.bench_ingest --budget-s 450 --json "$OUT/ingest.json" \
+    --output "$OUT/ingest-table.txt" --workdir "$OUT/ingest"
+  echo
+  cat "$OUT/ingest-table.txt"
+  echo
 }
 
 main() {

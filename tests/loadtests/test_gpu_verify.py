@@ -170,7 +170,7 @@ def test_a_step_past_the_budget_is_stopped(tmp_path: Path) -> None:
     assert re.search(r"step 'setup': 'install-setuptools' ran past its [12]s", done.stderr), done.stderr
 
 
-STEPS = ["setup", "export", "build", "compare", "test", "serve", "bench", "padding"]
+STEPS = ["setup", "export", "build", "compare", "test", "serve", "bench", "padding", "ingest"]
 
 
 def test_list_names_the_steps_without_a_gpu(tmp_path: Path) -> None:
@@ -190,7 +190,9 @@ def test_list_names_the_steps_without_a_gpu(tmp_path: Path) -> None:
 def test_an_unknown_step_is_a_usage_error(tmp_path: Path) -> None:
     done = _verify(tmp_path, _bin(tmp_path, nvidia_smi=WORKING_SMI), "setup", "compile")
     assert done.returncode == 2
-    assert "unknown step 'compile' (the steps: setup export build compare test serve bench padding)" in done.stderr
+    assert "unknown step 'compile' (the steps: setup export build compare test serve bench padding ingest)" in (
+        done.stderr
+    )
     assert _verify(tmp_path, tmp_path / "bin", "--step").returncode != 0
 
 
@@ -231,7 +233,7 @@ def test_a_step_that_passed_is_not_run_again(tmp_path: Path) -> None:
     (out / "passed" / "setup").write_text("1 s\n")
     done = verify("--bench-s", "30")
     assert done.returncode == 0, done.stderr
-    assert (out / "ran").read_text().split()[4:] == ["test", "serve", "bench", "padding"]
+    assert (out / "ran").read_text().split()[4:] == ["test", "serve", "bench", "padding", "ingest"]
 
 
 # --- bench_gpu: the FLOP bound ------------------------------------------------------------------------------
