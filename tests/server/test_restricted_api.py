@@ -21,13 +21,15 @@ from tests.conftest import identity_config
 
 ADMIN = {"admin-key": "s3cret"}
 INFER = {"infer-key": "go"}
+# (tritonclient.http adds to the headers dict it is given: each call gets a copy, so that the same test may run again)
 GRPC_ADMIN = {"triton-grpc-protocol-admin-key": "s3cret"}
 ROW = np.ones((1, 16), np.float32)
 WAIT = 30.0
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelsvcProcess]:
+@pytest.fixture(scope="module", params=["0", "2"], ids=["one process", "two ingest workers"])
+def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelsvcProcess]:
+    """With ingest workers the workers check inference; every other call they forward is checked by the engine."""
     repo = tmp_path_factory.mktemp("repo")
     om.write_model(repo, "identity", om.identity(), identity_config("identity"))
     om.write_model(repo, "other", om.identity(), identity_config("other"))
@@ -38,7 +40,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelsvcProcess
         *("--grpc-restricted-protocol", "model-repository,model-config:admin-key=s3cret"),
         *("--grpc-restricted-protocol", "inference:infer-key=go"),
     ]
-    with ModelsvcProcess(repo, *flags) as proc:
+    with ModelsvcProcess(repo, *flags, "--workers", request.param) as proc:
         yield proc
 
 
@@ -60,15 +62,15 @@ def test_http_restricted_apis_need_their_header(server: ModelsvcProcess) -> None
 
     client = httpclient.InferenceServerClient(server.url)
     with pytest.raises(InferenceServerException, match="This API is restricted") as info:
-        client.load_model("other", headers=INFER)
+        client.load_model("other", headers=dict(INFER))
     assert info.value.status() == "403"
-    client.load_model("other", headers=ADMIN)
-    client.unload_model("other", headers=ADMIN)
+    client.load_model("other", headers=dict(ADMIN))
+    client.unload_model("other", headers=dict(ADMIN))
     # inference (answered by the fast HTTP path) needs its own header, named without case
     with pytest.raises(InferenceServerException, match="expecting header 'infer-key'"):
         client.infer("identity", [http_input()])
     with pytest.raises(InferenceServerException, match="This API is restricted"):
-        client.infer("identity", [http_input()], headers=ADMIN)
+        client.infer("identity", [http_input()], headers=dict(ADMIN))
     out = client.infer("identity", [http_input()], headers={"INFER-KEY": "go"}).as_numpy("OUTPUT0")
     np.testing.assert_array_equal(out, ROW)
     # what is not restricted answers anyone
