@@ -5,7 +5,9 @@ for one, first come, first served, when what is ahead of it lets it start within
 (less the request's own expected time) or, without one, ``max_wait_s`` from service.yaml. What is ahead is measured
 in learnt cost, not counted: the bytes of request body in flight that the pair has not yet worked off, plus those
 of every waiter, at the pace the pair drains this route (seconds of busy time per byte of body, learnt from the
-requests it answered). So a burst of short documents waits where the same number of long ones would not fit.
+requests it answered); a request weighs at least one row's worth of bytes (the route's mean body over its mean
+rows, from ``Context.infer_chunks``), since the shortest text still costs a model call. So a burst of short
+documents waits where the same number of long ones would not fit.
 
 Bursts and storms. A burst whose expected wait fits the budget waits its turn. Demand the budget cannot hold
 marks the route *overloaded*: a request refused against ``max_wait_s`` (not one refused against its own
@@ -63,6 +65,8 @@ class _Cost:
         self._bytes = 0.0
         self.mean_bytes: float | None = None
         """A request body's size, moving average over the answered requests."""
+        self.mean_weight: float | None = None
+        """A request's weight (``RouteGate.weigh``), moving average over the answered requests."""
 
     def observe(self, rows: int, tokens: int) -> None:
         if rows <= 0:
@@ -70,12 +74,20 @@ class _Cost:
         self.rows += 0.2 * (rows - self.rows)
         self.tokens_per_row += 0.2 * (tokens / rows - self.tokens_per_row)
 
-    def drained(self, size: float, busy_s: float) -> None:
-        """A request of ``size`` bytes was answered; the route had requests in flight for ``busy_s`` since the
-        last answer."""
+    def drained(self, size: float, weight: float, busy_s: float) -> None:
+        """A request of ``size`` bytes of body (``weight``) was answered; the route had requests in flight for
+        ``busy_s`` since the last answer."""
         self._busy = _DECAY * self._busy + busy_s
-        self._bytes = _DECAY * self._bytes + size
+        self._bytes = _DECAY * self._bytes + weight
         self.mean_bytes = size if self.mean_bytes is None else self.mean_bytes + 0.2 * (size - self.mean_bytes)
+        w = self.mean_weight
+        self.mean_weight = weight if w is None else w + 0.2 * (weight - w)
+
+    @property
+    def bytes_per_row(self) -> float:
+        """Bytes of body per row (window) the route's requests send to the models, or per request where they
+        make no counted model call: the least a request weighs, since each costs at least one model call."""
+        return (self.mean_bytes or 1.0) / max(self.rows, 1.0)
 
     @property
     def seconds_per_byte(self) -> float | None:
@@ -159,7 +171,7 @@ class RouteGate:
     def target_s(self) -> float:
         """The wait a newcomer may have while the route is overloaded: what one typical request takes."""
         pace = self.cost.seconds_per_byte
-        return 0.0 if pace is None or self.cost.mean_bytes is None else pace * self.cost.mean_bytes
+        return 0.0 if pace is None or self.cost.mean_weight is None else pace * self.cost.mean_weight
 
     # -- taking and giving back slots -------------------------------------------------------------------------
 
@@ -167,7 +179,8 @@ class RouteGate:
         """Take a slot for a request of ``size`` bytes of body; None when taken, else why not: ``full`` or
         ``waited`` (503), ``late`` (503: the expected wait passes the deadline), ``deadline`` (504: it passed while
         waiting)."""
-        size = self._size(size)
+        body = size
+        size = self.weigh(size)
         now = time.monotonic()
         if self.in_flight < self.limit and not self._waiters:
             if (self.expected_wait_s() or 0.0) <= self.target_s():
@@ -193,7 +206,7 @@ class RouteGate:
             return "deadline" if deadline is not None and time.monotonic() >= deadline else "waited"
         except asyncio.CancelledError:
             if waiter.future.done() and not waiter.future.cancelled() and waiter.future.result():
-                self.release(size)  # granted, but nobody is left to use it
+                self.release(body)  # granted, but nobody is left to use it
             waiter.future.cancel()
             raise
         finally:
@@ -202,13 +215,13 @@ class RouteGate:
 
     def release(self, size: float | None = None) -> None:
         """A request of ``size`` bytes is done: its slot goes to the oldest waiter, or back to the pool."""
-        size = self._size(size)
+        weight = self.weigh(size)
         now = time.monotonic()
         self._tick(now)
-        self.cost.drained(size, self._busy_since_answer)
+        self.cost.drained(size if size is not None and size > 0 else weight, weight, self._busy_since_answer)
         self._busy_since_answer = 0.0
         self.in_flight -= 1
-        self._in_flight_bytes = max(0.0, self._in_flight_bytes - size)
+        self._in_flight_bytes = max(0.0, self._in_flight_bytes - weight) if self.in_flight else 0.0
         self._backlog = min(self._backlog, self._in_flight_bytes)
         while self._waiters and self.in_flight < self.limit:
             waiter = self._waiters.popleft()
@@ -219,10 +232,11 @@ class RouteGate:
 
     # -- inside ---------------------------------------------------------------------------------------------
 
-    def _size(self, size: float | None) -> float:
-        if size is not None and size > 0:
-            return float(size)
-        return self.cost.mean_bytes or 1.0
+    def weigh(self, size: float | None) -> float:
+        """What a request of ``size`` bytes of body weighs, in bytes: its size, but at least one row's worth (a
+        document of five words costs a model call as a window of 500 tokens does); the mean without a size."""
+        raw = float(size) if size is not None and size > 0 else (self.cost.mean_bytes or 1.0)
+        return max(raw, self.cost.bytes_per_row)
 
     def _tick(self, now: float) -> None:
         """Advance the clock: the pair works off the backlog at the learnt pace while anything is in flight."""
