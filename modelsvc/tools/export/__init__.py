@@ -14,11 +14,14 @@
 4. optionally runs ONNX Runtime's transformer optimizer (``model_type="bert"``), which fuses attention,
    layer normalization and GELU into ONNX Runtime's own operators (``_optimize``);
    or, for ``--precision int8``, ONNX Runtime's dynamic quantization; for ``--format openvino`` converts
-   the ONNX model to OpenVINO IR (NNCF's int8 weight compression for int8); for ``--format torchscript``
+   the ONNX model to OpenVINO IR (NNCF's int8 weight compression for int8); with ``--calibration FILE|auto``,
+   int8 quantizes the activations too, their ranges measured on windows of that text (``_calibrate``,
+   ``_quantize``, ``_smooth``); for ``--format torchscript``
    traces the wrapper with ``torch.jit.trace`` instead of steps 3-4 (``_formats``);
 5. checks the written model, run by its own runtime, against PyTorch fp32 on random inputs of several
    shapes, padding included, and refuses to write it when an output differs by more than the tolerance
-   (fp32) or a row's cosine similarity falls below ``--min-cosine`` (bf16, int8) (``_check``);
+   (fp32) or a row's cosine similarity falls below ``--min-cosine`` (bf16, int8; calibrated int8 also on
+   held-out windows of its calibration text) (``_check``);
 6. writes ``<repository>/<name>/<version>/model.onnx`` (``model.pt``; ``model.xml`` + ``model.bin``) and,
    unless one exists already (a user may have tuned it), ``<repository>/<name>/config.pbtxt`` with
    ``backend: "onnxruntime"`` (``platform: "pytorch_libtorch"``; ``backend: "openvino"``, and the parameter
@@ -39,9 +42,20 @@ Errors::
 from ._config import make_config
 from ._errors import ExportCheckError, ExportError, ExportUsageError
 from ._export import export_model
-from ._options import FORMATS, INT_DTYPES, KINDS, POOLINGS, PRECISIONS, TASKS, ExportOptions, ExportReport
+from ._options import (
+    CALIBRATED_MIN_COSINE,
+    FORMATS,
+    INT_DTYPES,
+    KINDS,
+    POOLINGS,
+    PRECISIONS,
+    TASKS,
+    ExportOptions,
+    ExportReport,
+)
 
 __all__ = [
+    "CALIBRATED_MIN_COSINE",
     "FORMATS",
     "INT_DTYPES",
     "KINDS",

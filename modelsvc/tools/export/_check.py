@@ -63,21 +63,29 @@ def _min_cosine(ours: npt.NDArray[np.float64], theirs: npt.NDArray[np.float64]) 
     return value if math.isfinite(value) else -1.0
 
 
-def check(mods: Torch, reference: Any, run: Run, config: Any, plan: Plan) -> Comparison:
-    """Per output, how far ``run`` is from ``reference`` (a float32 PyTorch module) over the check's inputs."""
-    torch = mods.torch
+def _random_cases(config: Any, plan: Plan) -> list[Feeds]:
     rng = np.random.default_rng(SEED + 1)
+    limit = longest(config)
+    return [
+        random_inputs(rng, config, plan, batch, min(length, limit), pad=index > 0)
+        for index, (batch, length) in enumerate(_CHECK_SHAPES)
+    ]
+
+
+def check(mods: Torch, reference: Any, run: Run, config: Any, plan: Plan, cases: Sequence[Feeds] = ()) -> Comparison:
+    """Per output, how far ``run`` is from ``reference`` (a float32 PyTorch module) over ``cases`` (by default
+    the check's random inputs)."""
+    torch = mods.torch
     worst = dict.fromkeys(plan.output_names, 0.0)
     cosines = dict.fromkeys(plan.output_names, 1.0)
     where = dict.fromkeys(plan.output_names, "")
-    limit = longest(config)
-    for index, (batch, length) in enumerate(_CHECK_SHAPES):
-        feeds = random_inputs(rng, config, plan, batch, min(length, limit), pad=index > 0)
+    for feeds in cases or _random_cases(config, plan):
         got = run(feeds)
         with torch.no_grad():
             expected = reference(*(torch.from_numpy(feeds[n].astype(np.int64)) for n in plan.input_names))
         keep = feeds["attention_mask"].astype(bool)
-        shape = f"batch {batch} x {feeds['input_ids'].shape[1]} tokens"
+        batch, length = feeds["input_ids"].shape
+        shape = f"batch {batch} x {length} tokens"
         for name, ours, theirs in zip(plan.output_names, got, expected, strict=True):
             theirs_np = theirs.detach().float().cpu().numpy().astype(np.float64)
             ours_np = np.asarray(ours).astype(np.float64)

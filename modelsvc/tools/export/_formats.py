@@ -13,6 +13,7 @@
   without native bf16 (AVX-512 BF16 or AMX) answers by running f32: the report says what ran.
 - onnx int8: ONNX Runtime's ``quantize_dynamic`` of the unfused graph's weighted MatMuls, per channel
   (int8 weights, activations quantized at run time).
+- int8 with ``--calibration``: activations quantized too, ranges measured on text (``_quantize``).
 
 A runner takes the check's feeds and returns the plan's outputs in order, the way the serving backend
 will run them.
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import importlib
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -152,23 +153,30 @@ def onnx_runner(path: Path, plan: Plan) -> Run:
 # --- OpenVINO ----------------------------------------------------------------------------------------
 
 
-def openvino_convert(ov: Any, source: Path, target: Path, precision: str) -> None:
-    """``source`` (ONNX) to OpenVINO IR at ``target`` (model.xml, and model.bin beside it)."""
+def openvino_convert(
+    ov: Any, source: Path, target: Path, precision: str, calibrate: Callable[[Any], Any] | None = None
+) -> None:
+    """``source`` (ONNX) to OpenVINO IR at ``target`` (model.xml, and model.bin beside it); int8 with
+    ``calibrate`` (the IR in, the quantized IR out) quantizes activations too, else the weights only."""
     try:
         model = ov.convert_model(str(source))
     except Exception as exc:  # OpenVINO's frontends raise their own kinds
         raise ExportError(f"openvino.convert_model could not convert the ONNX model: {first_line(exc)}") from exc
-    if precision == "int8":
+    if calibrate is not None:
+        model = calibrate(model)
+    elif precision == "int8":
         nncf = importlib.import_module("nncf")
         with quiet("nncf", "root", "onnxruntime"):
             model = nncf.compress_weights(model, mode=nncf.CompressWeightsMode.INT8_ASYM)
     ov.save_model(model, str(target), compress_to_fp16=False)
 
 
-def openvino_runner(ov: Any, path: Path, plan: Plan, precision: str) -> tuple[Run, str]:
-    """A runner on OpenVINO's CPU plugin with the precision hint the config will carry, and what it ran at."""
+def openvino_runner(ov: Any, path: Path, plan: Plan, precision: str, calibrated: bool = False) -> tuple[Run, str]:
+    """A runner on OpenVINO's CPU plugin with the precision hint the config will carry, and what it ran at.
+    Calibrated int8 runs with no hint, as its config (none) serves it: the plugin's own choice for what stays
+    float (bf16 on a CPU with native bf16, f32 elsewhere)."""
     core = ov.Core()
-    compiled = core.compile_model(str(path), "CPU", {OPENVINO_HINT: _OV_HINTS[precision]})
+    compiled = core.compile_model(str(path), "CPU", {} if calibrated else {OPENVINO_HINT: _OV_HINTS[precision]})
     ran = ov_type_name(str(compiled.get_property(OPENVINO_HINT)))
     outputs = [compiled.output(name) for name in plan.output_names]
     request = compiled.create_infer_request()
