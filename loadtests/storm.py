@@ -138,8 +138,9 @@ Answer = tuple[int, dict[str, str]]
 class Connection:
     """One caller's keep-alive HTTP/1.1 connection, written and read by hand: httpx costs about 2 ms of CPU per
     request on these cores, so 64 callers woken by the same Retry-After would queue behind the client's own loop
-    for 100 ms and more, and that would be measured as the server's refusal latency. Reopened when the server has
-    closed it (an idle keep-alive connection, or ``Connection: close``)."""
+    for 100 ms and more, and that would be measured as the server's refusal latency. Opened before a phase starts
+    (callers of a running service have their connections); reopened when the server has closed it (an idle
+    keep-alive connection, or ``Connection: close``)."""
 
     def __init__(self, url: str, headers: dict[str, str]) -> None:
         parts = urlsplit(url)
@@ -147,6 +148,11 @@ class Connection:
         extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
         self._head = f"POST {ROUTE} HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: application/json\r\n{extra}"
         self._streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+
+    async def connect(self) -> None:
+        """Open the connection ahead of the first request (a caller that has been calling already has one)."""
+        if self._streams is None:
+            self._streams = await asyncio.open_connection(self.host, self.port)
 
     async def post(self, body: bytes) -> Answer:
         request = (self._head + f"Content-Length: {len(body)}\r\n\r\n").encode() + body
@@ -195,6 +201,7 @@ async def closed_loop(
     """``clients`` callers for ``seconds``, each sending its next document when the last is answered, or after the
     refusal's Retry-After; answers to requests sent before the end are waited for and counted."""
     connections = [Connection(url, headers) for _ in range(clients)]
+    await asyncio.gather(*(c.connect() for c in connections))
     start = time.monotonic()
     end = start + seconds
 
@@ -216,6 +223,7 @@ async def closed_loop(
 async def burst(url: str, bodies: list[bytes], phase: Phase, headers: dict[str, str]) -> None:
     """Every body at once, each sent once."""
     connections = [Connection(url, headers) for _ in bodies]
+    await asyncio.gather(*(c.connect() for c in connections))
     start = time.monotonic()
     answers = await asyncio.gather(*(_send(c, body) for c, body in zip(connections, bodies, strict=True)))
     phase.seconds = phase.last_s = time.monotonic() - start
