@@ -191,8 +191,9 @@ def _raw(tensor: Tensor) -> memoryview:
     data = tensor.data
     if tensor.datatype == "BYTES" or not data.flags.c_contiguous:
         return memoryview(tensor_bytes(tensor.datatype, data))
-    # (the bytes of any dtype: ml_dtypes' bfloat16 has no buffer of its own)
-    return memoryview(data.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
+    if tensor.datatype == "BF16":  # ml_dtypes' bfloat16 has no buffer of its own: its bytes
+        return memoryview(data.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
+    return data.data  # the array's own buffer (msgspec writes any contiguous buffer as bytes)
 
 
 def pack_tensor(tensor: Tensor, arena: Arena | None, blocks: list[tuple[int, int]]) -> WireTensor:
