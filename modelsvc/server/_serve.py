@@ -161,16 +161,15 @@ async def _serve(options: ServeOptions, models: ModelManager, dataplane: DataPla
         loop.add_signal_handler(sig, stop, sig)
     try:
         await stopping.wait()
-        if ingest is not None:  # first: the workers answer what they have read, through this engine
-            await ingest.stop(options.exit_timeout_secs)
         if poller is not None:
             await poller.stop()
         # Together: the schedulers run what is queued now (no batch delay waits any longer), and the
-        # endpoints let every request already read get its answer.
+        # endpoints (the ingest workers' too) let every request already read get its answer.
         await asyncio.gather(
             models.close(),
             *(s.shutdown(options.exit_timeout_secs) for s in servers),
             *_grpc_shutdown(grpc_server, options.exit_timeout_secs),
+            *([] if ingest is None else [ingest.stop(options.exit_timeout_secs)]),
         )
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):

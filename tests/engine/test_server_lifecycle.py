@@ -69,14 +69,15 @@ async def test_full_queue_answers_at_once_and_abandoned_request_never_runs(serve
     assert server.model_stats("bounded")["inference_stats"]["fail"]["count"] >= 2
 
 
-async def test_sigterm_finishes_in_flight_requests_and_exits_zero(tmp_path):
+@pytest.mark.parametrize("workers", ["0", "2"], ids=["one process", "two ingest workers"])
+async def test_sigterm_finishes_in_flight_requests_and_exits_zero(tmp_path, workers):
     om.write_model(
         tmp_path,
         "slow",
         om.identity(),
         identity_config("slow", extra="dynamic_batching { max_queue_delay_microseconds: 1500000 }"),
     )
-    proc = ModelsvcProcess(tmp_path)
+    proc = ModelsvcProcess(tmp_path, "--workers", workers)
     with proc:
         async with httpx.AsyncClient(base_url=proc.base, timeout=WAIT) as c:
             pending = asyncio.ensure_future(c.post("/v2/models/slow/infer", content=json.dumps(ROW)))
@@ -181,7 +182,8 @@ def test_gpu_model_is_refused_without_a_gpu_unless_fallback_is_allowed(tmp_path)
         proc.terminate()
 
 
-async def test_sigterm_runs_requests_held_by_a_long_batch_delay(tmp_path):
+@pytest.mark.parametrize("workers", ["0", "2"], ids=["one process", "two ingest workers"])
+async def test_sigterm_runs_requests_held_by_a_long_batch_delay(tmp_path, workers):
     """A request waiting out a 60 s max_queue_delay is run at shutdown, not dropped after the grace period."""
     om.write_model(
         tmp_path,
@@ -189,7 +191,7 @@ async def test_sigterm_runs_requests_held_by_a_long_batch_delay(tmp_path):
         om.identity(),
         identity_config("held", extra="dynamic_batching { max_queue_delay_microseconds: 60000000 }"),
     )
-    proc = ModelsvcProcess(tmp_path)
+    proc = ModelsvcProcess(tmp_path, "--workers", workers)
     with proc:
         async with httpx.AsyncClient(base_url=proc.base, timeout=WAIT) as c:
             pending = asyncio.ensure_future(c.post("/v2/models/held/infer", content=json.dumps(ROW)))
