@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 import random
@@ -22,10 +23,13 @@ from modelsvc.protocol import (
 )
 from modelsvc.server.ingest import resolve_workers
 from modelsvc.server.ingest._arena import ArenaView, OwnedArena
+from modelsvc.server.ingest._remote import EngineLink, RemoteDataPlane
 from modelsvc.server.ingest._wire import (
     SHARED_FROM,
+    Call,
     Cancel,
     FrameReader,
+    Release,
     call_for,
     decode_to_engine,
     decode_to_worker,
@@ -146,3 +150,38 @@ def test_auto_means_one_process_up_to_two_cpus_then_a_worker_per_cpu_but_the_eng
     value: str, cpus: float, workers: int
 ) -> None:
     assert resolve_workers(value, cpus) == workers
+
+
+class _Transport:
+    def __init__(self) -> None:
+        self.frames: list[object] = []
+        self.reader = FrameReader()
+
+    def write(self, data: bytes) -> None:
+        self.frames += [decode_to_engine(body) for body in self.reader.feed(data)]
+
+
+async def test_outputs_of_a_call_whose_caller_went_away_go_back_to_the_engine(arena: OwnedArena) -> None:
+    """The engine's arena is not left holding the outputs of a request nobody reads any more."""
+    engine_arena = OwnedArena(1 << 20)
+    link = EngineLink(arena, ArenaView(engine_arena.fd, engine_arena.size), 0)
+    transport = _Transport()
+    link.connection_made(transport)  # type: ignore[arg-type]
+    plane = RemoteDataPlane(link, None)
+    data = np.arange(40_000, dtype=np.float32).reshape(1, 40_000)
+    request = InferRequest([Tensor("X", "FP32", data.shape, data)])
+    call = asyncio.ensure_future(plane.infer("m", None, request))
+    await asyncio.sleep(0.01)
+    (sent,) = [f for f in transport.frames if isinstance(f, Call)]
+    assert sent.inputs[0].block is not None  # the input went through the worker's arena
+    call.cancel()
+    await asyncio.sleep(0.01)
+    assert any(isinstance(f, Cancel) and f.id == sent.id for f in transport.frames)
+    assert arena.in_use > 0  # the engine may still read the input: kept until its final reply
+    blocks: list[tuple[int, int]] = []
+    response = InferResponse("m", "1", [Tensor("Y", "FP32", data.shape, data)])
+    link.data_received(frame(reply_for(sent.id, response, True, engine_arena, blocks)))
+    await asyncio.sleep(0.01)
+    assert blocks
+    assert [f.blocks for f in transport.frames if isinstance(f, Release)] == [blocks]
+    assert arena.in_use == 0

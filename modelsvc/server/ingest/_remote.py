@@ -103,26 +103,30 @@ class EngineLink(asyncio.Protocol):
                 self.welcomed.set_result(None)
                 continue
             pending = self.pending.get(message.id)
-            if pending is None:
-                continue
-            if message.final:
+            if pending is not None and message.final:
                 del self.pending[message.id]
                 for block in pending.blocks:
                     self.arena.free(block)
-            if pending.waiter is not None and not pending.waiter.done():
+            if pending is not None and pending.waiter is not None and not pending.waiter.done():
                 pending.waiter.set_result(message)
+            else:  # its caller went away: nobody reads its outputs, so the engine may have their blocks back
+                self._release_blocks(message)
 
-    def take_response(self, reply: Reply) -> InferResponse:
-        """The reply's response, its arena blocks copied out and released to the engine."""
-        response = response_of(reply, self.engine_arena)
+    def _release_blocks(self, reply: Reply) -> None:
         blocks = [t.block for t in reply.outputs or () if t.block is not None]
         if blocks:
-            for tensor in response.outputs:  # the arrays view the engine's arena: own them before the release
-                tensor.data = tensor.data.copy()
             self._release.extend(blocks)
             if not self._flushing:
                 self._flushing = True
                 self.loop.call_soon(self._flush)
+
+    def take_response(self, reply: Reply) -> InferResponse:
+        """The reply's response, its arena blocks copied out and released to the engine."""
+        response = response_of(reply, self.engine_arena)
+        if any(t.block is not None for t in reply.outputs or ()):
+            for tensor in response.outputs:  # the arrays view the engine's arena: own them before the release
+                tensor.data = tensor.data.copy()
+            self._release_blocks(reply)
         return response
 
 
