@@ -159,12 +159,17 @@ def test_strings_in_a_batch(server: ModelsvcProcess) -> None:
     assert result.as_numpy("LENGTHS__1").tolist() == [[2], [3]]
 
 
-def test_a_shape_error_inside_forward_is_a_500_and_the_server_serves_on(server: ModelsvcProcess) -> None:
+def test_a_shape_error_inside_forward_is_a_400_naming_the_inputs_and_the_server_serves_on(
+    server: ModelsvcProcess,
+) -> None:
+    """Inputs that each fit the config but not each other: torch's shape check, a 400 naming them (issue 29)."""
     with httpclient.InferenceServerClient(server.url) as client:
         bad = [infer_input("INPUT0", np.ones((1, 3), np.float32)), infer_input("INPUT1", np.ones((1, 4), np.float32))]
         with pytest.raises(InferenceServerException) as info:
             client.infer("add_sub", bad)
-        assert info.value.status() == "500"
+        assert info.value.status() == "400"
+        assert "INPUT0 [1,3]" in str(info.value.message())
+        assert "INPUT1 [1,4]" in str(info.value.message())
         ok = [infer_input("INPUT__0", np.ones((1, 2), np.int32)), infer_input("INPUT__1", np.ones((1, 2), np.int32))]
         assert client.infer("indexed", ok).as_numpy("OUTPUT__1").tolist() == [[1, 1]]
 
