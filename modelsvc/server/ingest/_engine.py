@@ -9,6 +9,7 @@ away takes its requests with it: those still running are cancelled (withdrawn wh
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 from typing import TYPE_CHECKING, Any, cast
@@ -133,6 +134,7 @@ class WorkerLink(asyncio.Protocol):
             running = self.tasks.get(message.id)
             if running is not None:
                 running.cancel()
+                running.add_done_callback(functools.partial(self._unanswered, message.id))
         elif isinstance(message, Listening):
             self.listening = True
             self.channel.changed.set()
@@ -145,6 +147,13 @@ class WorkerLink(asyncio.Protocol):
             self.index = message.index
             self.inputs, self.outputs = self.channel.arenas.get(message.index, (None, None))
             self._send(Welcome())
+
+    def _unanswered(self, ident: int, task: asyncio.Task[None]) -> None:
+        """A call cancelled before its task ran (its Cancel came in the same read) never reached ``_infer``'s
+        answer: answer it here, or the worker would keep its input blocks for a reply that never comes."""
+        if task.cancelled():
+            self.tasks.pop(ident, None)
+            self._send(error_reply(ident, Cancelled("the request was cancelled")))
 
     def _trace(self, call: Call) -> Any:
         tracing = self.channel.dataplane.tracing
@@ -174,9 +183,18 @@ class WorkerLink(asyncio.Protocol):
             return
         finally:
             self.tasks.pop(call.id, None)
-        _end(trace, 200, None)
         blocks: list[tuple[int, int]] = []
-        self._send(reply_for(call.id, response, True, self.outputs, blocks))
+        try:
+            self._send(reply_for(call.id, response, True, self.outputs, blocks))
+        except Exception as exc:  # outputs the wire cannot carry: the call fails, its blocks go back
+            for block in blocks:
+                cast(OwnedArena, self.outputs).free(block)
+            if not isinstance(exc, ModelsvcError):
+                logger.error("the response of model %s cannot be sent to its worker", call.model, exc_info=exc)
+            _end(trace, http_error(exc)[0], exc)
+            self._send(error_reply(call.id, exc))
+            return
+        _end(trace, 200, None)
 
 
 def _end(trace: Any, status: int, error: BaseException | None) -> None:

@@ -183,13 +183,18 @@ class RemoteDataPlane:
         ident = next(link.ids)
         blocks: list[tuple[int, int]] = []
         headers = trace.headers if isinstance(trace, ForwardedTrace) else None
-        call = call_for(
-            ident, name, version, request,
-            endpoint=endpoint, trace_headers=headers, arena=link.arena, blocks=blocks,
-        )  # fmt: skip
+        try:
+            call = call_for(
+                ident, name, version, request,
+                endpoint=endpoint, trace_headers=headers, arena=link.arena, blocks=blocks,
+            )  # fmt: skip
+            link.send(call)
+        except BaseException:  # never sent (a tensor it cannot pack, a frame over the limit): its blocks go back
+            for block in blocks:
+                link.arena.free(block)
+            raise
         waiter: asyncio.Future[Reply] = link.loop.create_future()
         link.pending[ident] = _Pending(waiter, blocks)
-        link.send(call)
         try:
             reply = await waiter
         except asyncio.CancelledError:

@@ -121,7 +121,10 @@ _to_worker = msgspec.msgpack.Decoder(ToWorker)
 
 
 def frame(message: msgspec.Struct) -> bytes:
+    """``message`` framed; one of ``MAX_FRAME`` bytes or more is refused here (its reader would end the link)."""
     body = _encoder.encode(message)
+    if len(body) >= MAX_FRAME:
+        raise InternalError(f"a message of {len(body)} bytes is over the ingest channel's limit ({MAX_FRAME} bytes)")
     return HEADER.pack(len(body)) + body
 
 

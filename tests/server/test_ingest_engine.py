@@ -1,0 +1,114 @@
+"""The engine's end of the ingest channel on its own (``_engine.WorkerLink`` over a fake data plane): every call a
+worker sends is answered exactly once, whatever comes with it or after it."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import numpy as np
+import pytest
+
+from modelsvc.protocol import InferRequest, InferResponse, InternalError, Tensor
+from modelsvc.server.ingest import _wire
+from modelsvc.server.ingest._arena import ArenaView, OwnedArena
+from modelsvc.server.ingest._engine import EngineChannel, WorkerLink
+from modelsvc.server.ingest._remote import EngineLink, RemoteDataPlane
+from modelsvc.server.ingest._wire import Cancel, FrameReader, Reply, call_for, decode_to_worker, frame
+
+
+class _Transport:
+    def __init__(self) -> None:
+        self.replies: list[Reply] = []
+        self.reader = FrameReader()
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.replies += [m for m in map(decode_to_worker, self.reader.feed(data)) if isinstance(m, Reply)]
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class _Plane:
+    tracing = None
+
+    def __init__(self, outputs: list[Tensor] | None = None) -> None:
+        self.outputs = outputs
+
+    async def infer(self, name: str, version: str | None, request: InferRequest, trace: Any = None,
+                    *, endpoint: str | None = None) -> InferResponse:  # fmt: skip
+        await asyncio.sleep(0.01)
+        return InferResponse(name, "1", request.inputs if self.outputs is None else self.outputs)
+
+
+def _link(plane: _Plane) -> tuple[WorkerLink, _Transport]:
+    channel = EngineChannel(plane, "/nonexistent")  # type: ignore[arg-type]
+    link = WorkerLink(channel, asyncio.get_running_loop())
+    transport = _Transport()
+    link.connection_made(transport)  # type: ignore[arg-type]
+    return link, transport
+
+
+def _call(ident: int) -> bytes:
+    data = np.ones((1, 4), np.float32)
+    request = InferRequest([Tensor("X", "FP32", data.shape, data)])
+    return frame(call_for(ident, "m", None, request, endpoint=None, trace_headers=None, arena=None, blocks=[]))
+
+
+async def test_a_call_cancelled_before_its_task_ran_is_still_answered() -> None:
+    """A Cancel in the same read as its Call (the caller went away at once): the worker frees the call's input
+    blocks only on its final reply, so that reply must come, and the engine keeps nothing of the call."""
+    link, transport = _link(_Plane())
+    link.data_received(_call(1) + frame(Cancel(1)) + _call(2))
+    await asyncio.sleep(0.05)
+    assert sorted(r.id for r in transport.replies) == [1, 2]
+    (cancelled,) = [r for r in transport.replies if r.id == 1]
+    assert cancelled.final
+    assert cancelled.error is not None
+    assert cancelled.error.kind == "cancelled"
+    assert link.tasks == {}
+
+
+async def test_a_response_the_wire_cannot_carry_is_answered_with_an_error() -> None:
+    """Packing a reply can fail (a BYTES output of objects that are not bytes): the worker gets an error reply,
+    not silence (its client would wait for ever)."""
+    link, transport = _link(_Plane([Tensor("Y", "BYTES", (2,), np.array([b"a", None], dtype=np.object_))]))
+    link.data_received(_call(1))
+    await asyncio.sleep(0.05)
+    (reply,) = transport.replies
+    assert reply.final
+    assert reply.error is not None
+    assert reply.error.kind == "internal"
+    assert link.tasks == {}
+
+
+async def test_a_reply_over_the_frame_limit_is_an_error_not_a_dead_link(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A frame of MAX_FRAME bytes or more ends the link of whoever reads it (all of that worker's requests): it is
+    never sent; the call gets an error that says why, and its output blocks go back to the arena."""
+    monkeypatch.setattr(_wire, "MAX_FRAME", 1024)
+    link, transport = _link(_Plane([Tensor("Y", "FP32", (1, 1000), np.ones((1, 1000), np.float32))]))
+    link.data_received(_call(1))
+    await asyncio.sleep(0.05)
+    (reply,) = transport.replies
+    assert reply.error is not None
+    assert reply.error.kind == "internal"
+    assert "limit" in reply.error.message
+
+
+async def test_a_call_over_the_frame_limit_fails_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker's side: the request fails with the reason, nothing of it stays pending or in the arena."""
+    monkeypatch.setattr(_wire, "MAX_FRAME", 50_000)
+    arena = OwnedArena(1 << 20)
+    link = EngineLink(arena, ArenaView(arena.fd, arena.size), 0)
+    written: list[bytes] = []
+    link.connection_made(type("T", (), {"write": lambda self, data: written.append(data)})())
+    big = np.ones((1, 40_000), np.float32)  # through the arena
+    inline = np.ones((1, 15_000), np.float32)  # under SHARED_FROM: inline, over the limit
+    request = InferRequest([Tensor("A", "FP32", big.shape, big), Tensor("B", "FP32", inline.shape, inline)])
+    with pytest.raises(InternalError, match="limit"):
+        await asyncio.wait_for(RemoteDataPlane(link, None).infer("m", None, request), 1)
+    await asyncio.sleep(0.01)
+    assert link.pending == {}
+    assert arena.in_use == 0
+    assert written == []
