@@ -4,13 +4,15 @@ worker sends is answered exactly once, whatever comes with it or after it."""
 from __future__ import annotations
 
 import asyncio
+import os
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
 from modelsvc.protocol import InferRequest, InferResponse, InternalError, Tensor
-from modelsvc.server.ingest import _wire
+from modelsvc.server.ingest import _wire, available_cpus
 from modelsvc.server.ingest._arena import ArenaView, OwnedArena
 from modelsvc.server.ingest._engine import EngineChannel, WorkerLink
 from modelsvc.server.ingest._remote import EngineLink, RemoteDataPlane
@@ -112,3 +114,23 @@ async def test_a_call_over_the_frame_limit_fails_alone(monkeypatch: pytest.Monke
     assert link.pending == {}
     assert arena.in_use == 0
     assert written == []
+
+
+@pytest.mark.parametrize(
+    ("files", "limit"),
+    [
+        ({"cpu.max": "150000 100000\n"}, 1.5),
+        ({"cpu.max": "max 100000\n"}, None),
+        ({"cpu/cpu.cfs_quota_us": "250000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 2.5),
+        ({"cpu,cpuacct/cpu.cfs_quota_us": "50000\n", "cpu,cpuacct/cpu.cfs_period_us": "100000\n"}, 0.5),
+        ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),
+        ({}, None),
+    ],
+)
+def test_available_cpus_reads_a_cgroup_v1_quota_too(tmp_path: Path, files: dict[str, str], limit: float | None) -> None:
+    """``--workers auto`` on a node whose pods have cgroup v1 (no ``cpu.max``) still sees the pod's CPU limit."""
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    affinity = float(len(os.sched_getaffinity(0)))
+    assert available_cpus(tmp_path) == (affinity if limit is None else min(affinity, limit))

@@ -40,16 +40,26 @@ RESTART_BACKOFF_S = 1.0
 """A worker that exits within this long of its start is started again only after this long (no restart storm)."""
 
 
-def available_cpus() -> float:
-    """The CPUs this process may use: its affinity, capped by a cgroup v2 quota (a pod's CPU limit) when set."""
+def available_cpus(cgroup: Path = Path("/sys/fs/cgroup")) -> float:
+    """The CPUs this process may use: its affinity, capped by a cgroup quota (a pod's CPU limit) when set: v2's
+    ``cpu.max``, or v1's ``cpu.cfs_quota_us`` (-1: none) over ``cpu.cfs_period_us``."""
     cpus = float(len(os.sched_getaffinity(0)))
     try:
-        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
-        if quota != "max":
-            cpus = min(cpus, int(quota) / int(period))
+        quota, period = (cgroup / "cpu.max").read_text().split()[:2]
     except (OSError, ValueError):
-        pass
+        quota, period = _cgroup_v1_quota(cgroup)
+    with contextlib.suppress(ValueError, ZeroDivisionError):
+        if quota not in ("max", "-1") and int(quota) > 0:
+            cpus = min(cpus, int(quota) / int(period))
     return cpus
+
+
+def _cgroup_v1_quota(cgroup: Path) -> tuple[str, str]:
+    for folder in ("cpu", "cpu,cpuacct", "cpuacct,cpu"):
+        with contextlib.suppress(OSError):
+            quota = (cgroup / folder / "cpu.cfs_quota_us").read_text().strip()
+            return quota, (cgroup / folder / "cpu.cfs_period_us").read_text().strip()
+    return "max", "100000"
 
 
 def resolve_workers(value: str, cpus: float | None = None) -> int:
