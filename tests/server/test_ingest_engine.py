@@ -10,12 +10,16 @@ from typing import Any
 
 import numpy as np
 import pytest
+from opentelemetry import propagate
+from opentelemetry.baggage.propagation import W3CBaggagePropagator
+from opentelemetry.propagators.composite import CompositePropagator
+from opentelemetry.propagators.textmap import TextMapPropagator
 
 from modelsvc.protocol import InferRequest, InferResponse, InternalError, Tensor
 from modelsvc.server.ingest import _wire, available_cpus
 from modelsvc.server.ingest._arena import ArenaView, OwnedArena
 from modelsvc.server.ingest._engine import EngineChannel, WorkerLink
-from modelsvc.server.ingest._remote import EngineLink, RemoteDataPlane
+from modelsvc.server.ingest._remote import EngineLink, ForwardTracing, RemoteDataPlane
 from modelsvc.server.ingest._wire import Cancel, FrameReader, Reply, call_for, decode_to_worker, frame
 
 
@@ -134,3 +138,25 @@ def test_available_cpus_reads_a_cgroup_v1_quota_too(tmp_path: Path, files: dict[
         (tmp_path / name).write_text(text)
     affinity = float(len(os.sched_getaffinity(0)))
     assert available_cpus(tmp_path) == (affinity if limit is None else min(affinity, limit))
+
+
+class _B3Like(TextMapPropagator):
+    """A propagator of other headers than W3C's (as OTEL_PROPAGATORS=b3 or jaeger sets)."""
+
+    def extract(self, carrier: Any, context: Any = None, getter: Any = None) -> Any:
+        return context
+
+    def inject(self, carrier: Any, context: Any = None, setter: Any = None) -> None:
+        pass
+
+    @property
+    def fields(self) -> set[str]:
+        return {"X-B3-TraceId", "X-B3-SpanId"}
+
+
+def test_a_worker_forwards_the_headers_of_the_propagators_the_engine_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine extracts a request's context with the configured propagators (OTEL_PROPAGATORS, inherited by the
+    workers): their headers reach it, not only W3C's."""
+    headers = [(b"x-b3-traceid", b"1"), (b"x-b3-spanid", b"2"), (b"baggage", b"k=v"), (b"content-type", b"x")]
+    monkeypatch.setattr(propagate, "_HTTP_TEXT_FORMAT", CompositePropagator([_B3Like(), W3CBaggagePropagator()]))
+    assert ForwardTracing().start("m", None, headers).headers == headers[:3]

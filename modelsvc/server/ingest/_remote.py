@@ -152,10 +152,17 @@ class ForwardedTrace:
 
 
 class ForwardTracing:
-    """Set as the worker's ``tracing`` when the engine traces: every request's context goes with it."""
+    """Set as the worker's ``tracing`` when the engine traces: every request's context goes with it (the headers of
+    the propagators the engine extracts with: OTEL_PROPAGATORS, W3C's by default, inherited from the engine)."""
+
+    def __init__(self) -> None:
+        from opentelemetry import propagate
+
+        self.names = frozenset(name.lower().encode("latin-1") for name in propagate.get_global_textmap().fields)
 
     def start(self, model: str, version: str | None, headers: Sequence[tuple[bytes, bytes]]) -> ForwardedTrace:
-        return ForwardedTrace([(k, v) for k, v in headers if k in (b"traceparent", b"tracestate")])
+        names = self.names
+        return ForwardedTrace([(k, v) for k, v in headers if k in names])
 
     def shutdown(self) -> None:
         pass
