@@ -22,11 +22,26 @@ from tests._server import LogicdProcess, ModelsvcProcess
 HERE = Path(__file__).resolve().parent
 
 
+#: the time the first test that needs the built model gets: building it (when a previous run has not) takes about
+#: 15 s at fp32, and minutes where the classifier's default is calibrated int8 (a CPU with VNNI or AMX, 2 cores)
+BUILD_TIMEOUT_S = 900
+
+
 @pytest.fixture(scope="session")
 def built() -> None:
-    """Export the model and copy the tokenizer if a previous run has not (about 15 s, once)."""
+    """Export the model and copy the tokenizer if a previous run has not (once)."""
     build.build()
     assert not build.missing(), build.missing()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The first test that uses ``built`` builds the model: it gets BUILD_TIMEOUT_S (its own timeout if longer)."""
+    for item in items:
+        if "built" in getattr(item, "fixturenames", ()):
+            own = item.get_closest_marker("timeout")
+            if own is None or (own.args and own.args[0] < BUILD_TIMEOUT_S):
+                item.add_marker(pytest.mark.timeout(BUILD_TIMEOUT_S))
+            return
 
 
 def embedded_client(service: str) -> TestClient:
