@@ -97,6 +97,10 @@ class Ingest:
         self.procs: dict[int, asyncio.subprocess.Process] = {}
         self.restarts = 0
         self.stopping = False
+        self.failed: str | None = None
+        """Why ``start`` fails: a worker exited before every worker served its ports (as one process that cannot
+        open its endpoints exits, rather than starting it again and again)."""
+        self._serving = False
         self._watchers: list[asyncio.Task[None]] = []
 
     async def start(self, dataplane: DataPlane) -> None:
@@ -118,10 +122,13 @@ class Ingest:
         await asyncio.gather(*started)
         channel = self.channel
         deadline = time.monotonic() + START_TIMEOUT_S
-        while channel.listening < self.count and (left := deadline - time.monotonic()) > 0:
+        while channel.listening < self.count and (left := deadline - time.monotonic()) > 0 and not self.failed:
             channel.changed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(channel.changed.wait(), left)
+        if self.failed:
+            raise OSError(self.failed)
+        self._serving = True
         if channel.listening < self.count:
             late = (channel.listening, self.count, START_TIMEOUT_S)
             logger.warning("%d of %d ingest workers listening after %d s", *late)
@@ -147,6 +154,10 @@ class Ingest:
                 started.set_result(None)
             code = await proc.wait()
             if self._stopped():
+                return
+            if not self._serving:
+                self.failed = f"ingest worker {index} exited with {code} before the workers served their ports"
+                self.channel.changed.set()
                 return
             self.restarts += 1
             logger.warning("ingest worker %d (pid %d) exited with %s; starting it again", index, proc.pid, code)
