@@ -46,10 +46,15 @@ class Variant:
     """fp32, bf16 or int8 (services.build's --precision)."""
     accelerator: str = ""
     """A cpu_execution_accelerator of the onnxruntime backend ("openvino": the ONNX model runs on OpenVINO)."""
+    calibrated: bool = True
+    """int8: activations quantized, calibrated on the doc_classifier's own text (what services.build builds); False:
+    the older int8 without calibration (onnxruntime: dynamic quantization; openvino: int8 weights only)."""
 
     @property
     def key(self) -> str:
         backend = f"{self.backend}+{self.accelerator}" if self.accelerator else self.backend
+        if self.precision == "int8" and not self.calibrated:
+            return f"{backend}-int8-{'dynamic' if self.backend == 'onnxruntime' else 'weights'}"
         return f"{backend}-{self.precision}"
 
     @property
@@ -67,9 +72,11 @@ VARIANTS = (
     Variant("onnxruntime", "fp32"),
     Variant("onnxruntime", "fp32", "openvino"),
     Variant("onnxruntime", "int8"),
+    Variant("onnxruntime", "int8", calibrated=False),
     Variant("openvino", "fp32"),
     Variant("openvino", "bf16"),
     Variant("openvino", "int8"),
+    Variant("openvino", "int8", calibrated=False),
     Variant("pytorch", "fp32"),
     Variant("pytorch", "bf16"),
 )
@@ -121,12 +128,18 @@ def _services_build() -> Any:
 
 
 def _baseline_model(say: Callable[[str], None]) -> Path:
-    """Today's build of the doc_classifier's model (built first when missing)."""
+    """The services' ONNX Runtime fp32 build (built first when missing): the doc_classifier's where that is what it
+    is built as, else the embedder's (ONNX Runtime fp32 on every CPU, the same export and the same config text);
+    on a CPU with VNNI, AMX or native bf16 the doc_classifier's own default is OpenVINO, not the baseline."""
     build_module = _services_build()
     if build_module.missing():
         say("  building the services' model (python -m services.build)")
         build_module.build(say=say)
-    return Path(build_module.model_file("doc_classifier"))
+    for service in ("doc_classifier", "embedder"):
+        config = build_module.config_file(service).read_text(encoding="utf-8")
+        if config == build_module.wanted_config(service, "onnxruntime", "fp32"):
+            return Path(build_module.model_file(service))
+    raise Unavailable("neither service is built at onnxruntime fp32: python -m services.build --service embedder")
 
 
 FORMATS = {"onnxruntime": "onnx", "openvino": "openvino", "pytorch": "torchscript"}
@@ -147,11 +160,15 @@ def _export(variant: Variant, baseline: Path, repo: Path, say: Callable[[str], N
         raise Unavailable(f"modelsvc export cannot run: {exc}") from None
     if "format" not in {f.name for f in fields(ExportOptions)}:
         raise Unavailable("modelsvc export has no --format/--precision here")
+    calibration = None
+    if variant.precision == "int8" and variant.calibrated:  # as services.build calibrates the classifier's model
+        repo.mkdir(parents=True, exist_ok=True)
+        calibration = str(_services_build().write_calibration(["doc_classifier"], repo / "calibration.json"))
     options = ExportOptions(
         model=str(_services_build()._source()), model_repository=repo, model_name=MODEL, pooling="mean",
         format=FORMATS[variant.backend], precision=variant.precision, max_batch_size=GRID_MAX_BATCH,
         max_queue_delay_microseconds=2000, overwrite_config=True, log=lambda line: say(f"    {line}"),
-        min_cosine=EXPORT_MIN_COSINE,
+        min_cosine=EXPORT_MIN_COSINE, calibration=calibration,
     )  # fmt: skip
     try:
         report = export_model(options)
@@ -163,6 +180,10 @@ def _export(variant: Variant, baseline: Path, repo: Path, say: Callable[[str], N
     notes = []
     if cosines:
         notes.append("export's check, min cosine " + ", ".join(f"{k} {v:.4f}" for k, v in cosines.items()))
+        say(f"    {notes[-1]}")
+    if text := getattr(report, "text_min_cosine", {}):
+        notes.append(f"calibrated int8 ({report.float_kept} float), on held-out text min cosine "
+                     + ", ".join(f"{k} {v:.4f}" for k, v in text.items()))  # fmt: skip
         say(f"    {notes[-1]}")
     if ran := getattr(report, "ran_precision", ""):
         notes.append(f"export ran {ran}")
@@ -220,7 +241,7 @@ def build_variant(variant: Variant, workdir: Path, say: Callable[[str], None], c
     return built
 
 
-BUILD_VERSION = 1
+BUILD_VERSION = 2
 """Raise when what build_variant does for an exported variant changes (its cached builds are then stale)."""
 STAMP = "stamp.json"
 BUILT = "built.json"

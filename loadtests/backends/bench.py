@@ -1,7 +1,8 @@
 """MiniLM per backend and precision, in-process and served, in one command: `python -m loadtests.backends`.
 
-The benchmark of issue 15. Each variant (onnxruntime fp32, the baseline, and int8; openvino fp32, bf16 and int8;
-pytorch fp32 and bf16) is built once into a model repository of its own, with its parity shown: the smallest
+The benchmark of issues 15 and 31. Each variant (onnxruntime fp32, the baseline, and int8; openvino fp32, bf16 and
+int8, int8 calibrated on the doc_classifier's text as services.build builds it, and the older uncalibrated int8 of
+each; pytorch fp32 and bf16) is built once into a model repository of its own, with its parity shown: the smallest
 cosine of its sentence embeddings with sentence-transformers' fp32 PyTorch vectors, and whether the doc_classifier
 served on it labels the long documents as it does on the baseline. Then, in interleaved rounds (every variant and
 cell once per round, the order of the variants turned each round; the median of the rounds is reported):
@@ -40,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from loadtests import bench_core
+from loadtests.backends._cpu import flags_line, int8_verdict
 from loadtests.backends._load import Worker, served_cell
 from loadtests.backends._variants import (
     BASELINE,
@@ -453,6 +455,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="keep exported variants here for the next run (default %(default)s)")  # fmt: skip
     parser.add_argument("--no-cache", action="store_true", help="export every variant again, keep nothing")
     parser.add_argument("--json", type=Path, help="also write every figure (and per-round values) to this file")
+    parser.add_argument("--without-default", action="store_true",
+                        help="measure the served default only if --only names it")  # fmt: skip
     args = parser.parse_args(argv)
     try:
         variants, parts = _parse_only(args.only)
@@ -464,10 +468,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     command = shlex.join(["python", "-m", "loadtests.backends", *(sys.argv[1:] if argv is None else argv)])
     print(bench_core.machine_line())
+    print(flags_line())
     print(f"command: {command}\n", flush=True)
     started = time.monotonic()
     default = default_variant()
-    if default not in variants:
+    if default not in variants and not args.without_default:
         variants.append(default)
     print(f"the served default on this machine (python -m services.build --backend auto): {default}\n", flush=True)
     results = run(settings, variants, parts, None if args.no_cache else args.cache)
@@ -482,11 +487,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"\nvariants, parity and the doc_classifier pair on long documents "
           f"({settings.pair_tokens[0]}-{settings.pair_tokens[1]} tokens)\n")  # fmt: skip
     print(table)
-    print(f"\n{line}\n{len(results)} variants in {time.monotonic() - started:.0f} s")
+    int8_line = int8_verdict(results)
+    print(f"\n{line}\n{int8_line}\n{len(results)} variants in {time.monotonic() - started:.0f} s")
     if args.json:
         payload: dict[str, Any] = {
-            "machine": bench_core.machine_line(), "command": command, "date": time.strftime("%Y-%m-%d"),
-            "settings": asdict(settings), "verdict": line, "results": [asdict(r) for r in results],
+            "machine": bench_core.machine_line(), "cpu": flags_line(), "command": command,
+            "date": time.strftime("%Y-%m-%d"), "settings": asdict(settings), "verdict": line, "int8": int8_line,
+            "results": [asdict(r) for r in results],
         }  # fmt: skip
         args.json.write_text(json.dumps(payload, indent=2))
     failed = [r for r in results if r.error]
