@@ -230,7 +230,8 @@ class PingFlood:
         sent = 0
         try:
             while sent < self.limit * len(one):
-                view = self._batch(pings)
+                batch = self._batch(pings)
+                view = batch
                 while view:
                     try:
                         n = sock.send(view)
@@ -244,7 +245,7 @@ class PingFlood:
                         out.ended = self._why_closed()
                         out.accepted = sent // len(one)
                         return out
-                    sent += n if not self.with_calls else n * len(pings) // len(view.obj)
+                    sent += n if not self.with_calls else n * len(pings) // len(batch)
                     view = view[n:]
             out.notes.append(f"sent all {self.limit} PINGs")
         except OSError:

@@ -25,7 +25,7 @@ connection, one ModelInfer, 10 s deadline) was served while the attack's connect
 from __future__ import annotations
 
 import argparse
-import platform
+import os
 import sys
 import tempfile
 import threading
@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from loadtests.abuse import _attacks as at
+from loadtests.bench_core import machine_line
 from loadtests.grid._models import CONFIG, ENGINES
 from loadtests.harness import _servers
 
@@ -169,16 +170,6 @@ def _cells(row: Row) -> str:
     )
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m loadtests.abuse", description=__doc__.split("\n\n")[0])
     parser.add_argument("--attacks", nargs="+", choices=ATTACKS, default=list(ATTACKS))
@@ -189,9 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     if "triton" in servers and _servers.pytriton_dir() is None:
         print("nvidia-pytriton is not installed: no Triton column", file=sys.stderr)
         servers.remove("triton")
-    import os
-
-    print(f"CPU: {cpu_model()} x {os.cpu_count()}; load average {os.getloadavg()[0]:.1f}", flush=True)
+    print(f"{machine_line()}  load average {os.getloadavg()[0]:.1f}", flush=True)
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="abuse-") as tmp:
         repo = Path(tmp) / "repo"

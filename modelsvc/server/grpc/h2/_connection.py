@@ -129,6 +129,9 @@ class H2Connection(Inflow, asyncio.Protocol):
         self._indexed: dict[bytes, list[tuple[bytes, bytes]]] = {}
         self._continuing: tuple[int, int, bytearray] | None = None  # (stream id, flags, block so far)
         self._block_size = 0  # bytes of the header block being continued
+        self._max_block = limits.max_metadata_size
+        self._max_streams = limits.max_concurrent_streams
+        self._stream_window = limits.stream_window
         self.peer_initial_window = 65535
         self.peer_max_frame = 16384
         self.send_window = 65535
@@ -224,8 +227,8 @@ class H2Connection(Inflow, asyncio.Protocol):
             if ftype == DATA:  # checked before any of it is kept
                 if length > self.recv_window:
                     raise _ConnectionError(FLOW_CONTROL_ERROR, f"a DATA frame of {length} bytes over the window")
-            elif length + self._block_size > self.limits.max_metadata_size and ftype in (HEADERS, CONTINUATION):
-                raise _ConnectionError(ENHANCE_YOUR_CALM, f"a header block over {self.limits.max_metadata_size} bytes")
+            elif length + self._block_size > self._max_block and ftype in (HEADERS, CONTINUATION):
+                raise _ConnectionError(ENHANCE_YOUR_CALM, f"a header block over {self._max_block} bytes")
             elif length > MAX_CONTROL_FRAME:
                 raise _ConnectionError(FRAME_SIZE_ERROR, f"a frame of type {ftype} and {length} bytes")
             stop = pos + 9 + length
@@ -340,13 +343,13 @@ class H2Connection(Inflow, asyncio.Protocol):
                 raise _ConnectionError(PROTOCOL_ERROR, f"stream {sid} is not a client's")
             return  # a stream that ended already
         self.last_sid = sid
-        if self.going_away or len(self.streams) >= self.limits.max_concurrent_streams:
-            self._write([frame(RST_STREAM, 0, sid, _U32.pack(REFUSED_STREAM))])
+        if self.going_away or len(self.streams) >= self._max_streams or self.budget.used >= self.budget.limit:
+            if self.going_away or len(self.streams) >= self._max_streams:
+                self._write([frame(RST_STREAM, 0, sid, _U32.pack(REFUSED_STREAM))])
+            else:  # the process holds all the request bytes it may
+                self._write([frame(HEADERS, END_HEADERS | END_STREAM, sid, _OVER_BUDGET)])
             return
-        if self.budget.used >= self.budget.limit:
-            self._write([frame(HEADERS, END_HEADERS | END_STREAM, sid, _OVER_BUDGET)])
-            return
-        stream = H2Stream(self, sid, headers, self.limits.stream_window)
+        stream = H2Stream(self, sid, headers, self._stream_window)
         if flags & END_STREAM:
             stream.ended = True
         self.streams[sid] = stream
@@ -422,6 +425,7 @@ class H2Connection(Inflow, asyncio.Protocol):
             transport.writelines(parts)
 
     def flush(self, stream: H2Stream, out: list[bytes | memoryview]) -> None:
+        self._calm = 0.0  # an answer goes out: the peer's PINGs may be its own flow control's (BDP probes)
         stream._take(out)
         if stream.blocked:
             self._blocked[stream.sid] = stream
@@ -441,6 +445,12 @@ class H2Connection(Inflow, asyncio.Protocol):
                 break
         if out:
             self._write(out)
+
+    def answered(self, stream: H2Stream, frames: bytes) -> None:
+        """A whole answer (headers, message, trailers) in ``frames``, which the windows have room for."""
+        self._calm = 0.0
+        self._write([frames])
+        self.stream_closed(stream)
 
     def stream_closed(self, stream: H2Stream) -> None:
         """This side ended the stream; what the client still sends on it is dropped. (No RST_STREAM NO_ERROR to

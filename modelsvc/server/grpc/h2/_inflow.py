@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 
-from ._frames import _U32, CANCEL, END_STREAM, FLOW_CONTROL_ERROR, MAX_WINDOW, NO_ERROR, WINDOW_UPDATE, frame
+from ._frames import _U32, CANCEL, END_STREAM, FLOW_CONTROL_ERROR, MAX_WINDOW, NO_ERROR, PADDED, WINDOW_UPDATE, frame
 from ._limits import Budget, H2Limits
 from ._stream import H2Stream
 
@@ -65,15 +65,15 @@ class Inflow:
             self.reset_stream(stream, FLOW_CONTROL_ERROR)
             return
         stream.recv_window -= size
-        data = self._unpad(flags, payload)
+        data = self._unpad(flags, payload) if flags & PADDED else payload
         kept = stream.held
         if data and stream.error is None:
             stream.received += len(data)
             stream._feed(data)
-        kept = stream.held - kept
-        if kept:
-            self.held += kept
-            self.budget.used += kept
+            kept = stream.held - kept
+            if kept:
+                self.held += kept
+                self.budget.used += kept
         if flags & END_STREAM:
             stream.ended = True
         elif stream._buffer and stream.need() > stream.recv_window:
@@ -111,8 +111,8 @@ class Inflow:
 
     def consumed(self, stream: H2Stream, size: int) -> None:
         """A call read a message of ``size`` bytes (as they arrived): the stream may send as much again."""
-        if self.streams.get(stream.sid) is not stream or stream.held < size:
-            return  # the stream (or the connection) is over: what it held was let go then
+        if stream.held < size:
+            return  # the stream (or the connection) is over: what it held was let go then (``held`` 0)
         stream.held -= size
         self.held -= size
         self.budget.used -= size
@@ -126,7 +126,8 @@ class Inflow:
             if more >= window >> 2:
                 stream.recv_window += more
                 self._write([frame(WINDOW_UPDATE, 0, stream.sid, _U32.pack(more))])
-        self._freed()
+        if self._waiting or self.budget.waiting:
+            self._freed()
 
     def _freed(self) -> None:
         if self._waiting:
@@ -138,14 +139,17 @@ class Inflow:
         """The stream is over: what it held unread and what was reserved for it are let go."""
         self.streams.pop(stream.sid, None)
         self._blocked.pop(stream.sid, None)
-        self._waiting.pop(stream.sid, None)
-        self.reserved -= stream.reserved
-        stream.reserved = 0
+        if self._waiting:
+            self._waiting.pop(stream.sid, None)
+        if stream.reserved:
+            self.reserved -= stream.reserved
+            stream.reserved = 0
         if stream.held:
             self.held -= stream.held
             self.budget.used -= stream.held
             stream.held = 0
-        self._freed()
+        if self._waiting or self.budget.waiting:
+            self._freed()
 
     def _let_go(self) -> None:
         """The connection ends: what it held leaves the budget."""

@@ -38,9 +38,9 @@ class H2Limits:
     """Bytes queued for a peer past which this side stops reading that connection (until they drain to a
     quarter): a peer that does not read what it asked for (PING, SETTINGS) cannot make the server buffer more."""
     max_pings_without_data: int = 100
-    """PINGs (and SETTINGS) a peer may send beyond one a second with no HEADERS or DATA between; one more and the
-    connection gets GOAWAY ENHANCE_YOUR_CALM. (grpc core's server is stricter: two PINGs within 5 minutes without
-    calls, ``grpc.http2.max_ping_strikes`` and ``grpc.http2.min_ping_interval_without_data_ms``.)"""
+    """PINGs (and SETTINGS) a peer may send beyond one a second with no HEADERS or DATA between (either way); one
+    more and the connection gets GOAWAY ENHANCE_YOUR_CALM. (grpc core's server is stricter: two PINGs within 5
+    minutes without calls, ``grpc.http2.max_ping_strikes`` and ``grpc.http2.min_ping_interval_without_data_ms``.)"""
     max_reset_streams: int = 1000
     """How many more streams a peer may reset than this side completed (CVE-2023-44487, rapid reset); one more
     and the connection gets GOAWAY ENHANCE_YOUR_CALM."""
@@ -50,9 +50,10 @@ class H2Limits:
                      "max_pings_without_data"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
-        for name in ("connection_window", "stream_window"):
-            if not 1024 <= getattr(self, name) <= 2**31 - 1:
-                raise ValueError(f"{name} must be between 1024 and 2^31-1 bytes")
+        if not 65535 <= self.stream_window <= 2**31 - 1:  # (a peer may send 65535 before it reads the settings)
+            raise ValueError("stream_window must be between 65535 and 2^31-1 bytes")
+        if not 1024 <= self.connection_window <= 2**31 - 1:
+            raise ValueError("connection_window must be between 1024 and 2^31-1 bytes")
         if self.max_reset_streams < 0:
             raise ValueError("max_reset_streams must be at least 0")
 

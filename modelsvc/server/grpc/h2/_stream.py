@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import struct
 import zlib
 from typing import Protocol
 
@@ -21,6 +22,9 @@ from ._frames import (
     StreamReset,
     frame,
 )
+
+_ANSWER_HEAD = struct.Struct(">IBIIBIBI")  # the HEADERS frame's head, the DATA frame's head, the message's prefix
+_HEADERS_LENGTH = len(RESPONSE_HEADERS) << 8 | HEADERS
 
 
 class Connection(Protocol):
@@ -41,6 +45,8 @@ class Connection(Protocol):
 
     def consumed(self, stream: H2Stream, size: int) -> None: ...
 
+    def answered(self, stream: H2Stream, frames: bytes) -> None: ...
+
 
 class H2Stream:
     """One call: its request headers, the gRPC messages that arrive, and the way back."""
@@ -51,7 +57,6 @@ class H2Stream:
         "_outbox",
         "_trailers",
         "_waiter",
-        "_wire",
         "closed",
         "conn",
         "ended",
@@ -92,11 +97,11 @@ class H2Stream:
         self.received = 0  # request bytes that arrived on it (DATA, without padding)
         self.held = 0  # of those, what is kept unread: the partial message and the queued ones
         self.reserved = 0  # window given beyond the initial one, for messages not yet read
-        self._wire: collections.deque[int] = collections.deque()  # each queued message's size as it arrived
 
     # -- receiving ------------------------------------------------------------------------------------------
     def _feed(self, data: memoryview) -> None:
-        """Take request bytes; ``held`` counts what is kept of them (a message refused is not)."""
+        """Take request bytes; ``held`` counts what is kept of them (a message refused is not; one inflated, as
+        it is once inflated)."""
         buffer = self._buffer
         if not buffer and len(data) >= 5:  # the usual case: whole messages in one frame, no copy to the buffer
             length = _U32.unpack_from(data, 1)[0]
@@ -105,7 +110,6 @@ class H2Stream:
                     self._refuse(length)
                 else:
                     self.messages.append(data[5:].tobytes())
-                    self._wire.append(5 + length)
                     self.held += 5 + length
                 return
         buffer += data
@@ -125,8 +129,6 @@ class H2Stream:
                 self.messages.append(message)
             elif not self._inflate(message):
                 self.held -= 5 + length
-                continue
-            self._wire.append(5 + length)
 
     def need(self) -> int:
         """Bytes still to come of the message that has begun to arrive (0: none has, or it cannot be taken)."""
@@ -158,6 +160,7 @@ class H2Stream:
             self._refuse(len(plain) + len(inflater.unconsumed_tail))
             return False
         self.messages.append(plain)
+        self.held += len(plain) - len(message)  # what is kept is the message inflated (5 + its size, read)
         return True
 
     def _refuse(self, length: int) -> None:
@@ -188,8 +191,9 @@ class H2Stream:
                 await self._waiter
             finally:
                 self._waiter = None
-        self.conn.consumed(self, self._wire.popleft())  # the peer may send that much more
-        return self.messages.popleft()
+        message = self.messages.popleft()
+        self.conn.consumed(self, 5 + len(message))  # the peer may send that much more
+        return message
 
     # -- sending --------------------------------------------------------------------------------------------
     def _head(self, out: list[bytes | memoryview]) -> None:
@@ -203,6 +207,13 @@ class H2Stream:
         them."""
         if self.closed or self.reset:
             return
+        if payload is not None and trailers is not None and not self.headers_sent and not self._outbox:
+            parts: list[bytes | memoryview] = [payload] if isinstance(payload, bytes) else payload.parts
+            size = len(payload) if isinstance(payload, bytes) else payload.size
+            conn = self.conn
+            if size + 5 <= min(self.send_window, conn.send_window, conn.peer_max_frame, 65536):
+                self._answer(parts, size, trailers)  # a whole answer at once: the usual unary call
+                return
         out: list[bytes | memoryview] = []
         self._head(out)
         if payload is not None:
@@ -217,6 +228,16 @@ class H2Stream:
         if trailers is not None:
             self._trailers = trailers
         self.conn.flush(self, out)
+
+    def _answer(self, parts: list[bytes | memoryview], size: int, trailers: bytes) -> None:
+        """Headers, the one message and the trailers in one piece, the windows having room for it."""
+        sid = self.sid
+        self.headers_sent = self.closed = True
+        self.send_window -= size + 5
+        self.conn.send_window -= size + 5
+        head = _ANSWER_HEAD.pack(_HEADERS_LENGTH, END_HEADERS, sid, (size + 5) << 8 | DATA, 0, sid, 0, size)
+        end = _HEAD.pack(len(trailers) << 8 | HEADERS, END_HEADERS | END_STREAM, sid)
+        self.conn.answered(self, b"".join([head[:9], RESPONSE_HEADERS, head[9:], *parts, end, trailers]))
 
     async def drain(self) -> None:
         """Until what was queued has gone out (flow control), or the stream is gone."""
