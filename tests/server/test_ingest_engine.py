@@ -160,3 +160,26 @@ def test_a_worker_forwards_the_headers_of_the_propagators_the_engine_reads(monke
     headers = [(b"x-b3-traceid", b"1"), (b"x-b3-spanid", b"2"), (b"baggage", b"k=v"), (b"content-type", b"x")]
     monkeypatch.setattr(propagate, "_HTTP_TEXT_FORMAT", CompositePropagator([_B3Like(), W3CBaggagePropagator()]))
     assert ForwardTracing().start("m", None, headers).headers == headers[:3]
+
+
+async def test_outputs_of_a_reply_whose_caller_left_as_it_came_go_back_to_the_engine() -> None:
+    """The reply came (its waiter done) and the caller was cancelled before it read it (its client went away in
+    the same turn): nobody copies the outputs out, so their blocks of the engine's arena are released all the
+    same, or the arena fills up and every large tensor goes inline from then on."""
+    arena, engine_arena = OwnedArena(1 << 20), OwnedArena(1 << 20)
+    link = EngineLink(arena, ArenaView(engine_arena.fd, engine_arena.size), 0)
+    reader, sent = FrameReader(), list[Any]()
+    transport = type("T", (), {"write": lambda self, data: sent.extend(map(_wire.decode_to_engine, reader.feed(data)))})
+    link.connection_made(transport())
+    data = np.ones((1, 40_000), np.float32)
+    call = asyncio.ensure_future(RemoteDataPlane(link, None).infer("m", None, InferRequest([])))
+    await asyncio.sleep(0.01)
+    blocks: list[tuple[int, int]] = []
+    response = InferResponse("m", "1", [Tensor("Y", "FP32", data.shape, data)])
+    link.data_received(frame(_wire.reply_for(sent[0].id, response, True, engine_arena, blocks)))
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    await asyncio.sleep(0.01)
+    assert blocks
+    assert [m.blocks for m in sent if isinstance(m, _wire.Release)] == [blocks]

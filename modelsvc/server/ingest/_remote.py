@@ -208,6 +208,8 @@ class RemoteDataPlane:
             if ident in link.pending:
                 link.pending[ident].waiter = None  # its blocks are freed when the engine's final reply comes
                 link.send(Cancel(ident))
+            elif waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+                link._release_blocks(waiter.result())  # its reply came as its caller left: nobody reads it
             raise
         if reply.error is not None:
             raise error_of(reply.error)
