@@ -364,7 +364,8 @@ def main(argv: list[str] | None = None) -> int:
     labels = {True: "yes", False: "NO", None: "n/a"}
     print(markdown_table(["verdict", "held", "figures"], [[w, labels[ok], f] for w, ok, f in results]))
     write_json(args.json, {
-        "script": "storm", "machine": machine_line(), "flags": cpu_flags(), "headers": headers,
+        "script": "storm", "machine": machine_line(), "flags": cpu_flags(), "load": [load[0], load_average()],
+        "headers": headers,
         "phases": summaries, "cpu_seconds": cpu, "wall_s": wall,
         "verdicts": [{"what": w, "held": ok, "figures": f} for w, ok, f in results],
     })  # fmt: skip
