@@ -37,7 +37,7 @@ class _Transport:
 
 
 class _Plane:
-    tracing = None
+    tracing: Any = None
 
     def __init__(self, outputs: list[Tensor] | None = None) -> None:
         self.outputs = outputs
@@ -183,3 +183,44 @@ async def test_outputs_of_a_reply_whose_caller_left_as_it_came_go_back_to_the_en
     await asyncio.sleep(0.01)
     assert blocks
     assert [m.blocks for m in sent if isinstance(m, _wire.Release)] == [blocks]
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.attributes: dict[str, Any] = {}
+        self.ended: int | None = None
+
+    def request(self, request_id: str | None) -> None:
+        pass
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        self.attributes[key] = value
+
+    def end(self, status: int, error: BaseException | None) -> None:
+        self.ended = status
+
+
+async def test_the_span_of_a_grpc_call_through_a_worker_is_a_grpc_span() -> None:
+    """As in one process (``grpc._status._end_trace``): rpc.system and the call's gRPC status code on its span."""
+    plane = _Plane([Tensor("Y", "BYTES", (1,), np.array([None], dtype=np.object_))])  # cannot be packed: INTERNAL
+    spans: list[_Recorder] = []
+
+    class _Tracing:
+        def start(self, *args: Any) -> _Recorder:
+            spans.append(_Recorder())
+            return spans[-1]
+
+    plane.tracing = _Tracing()
+    link, transport = _link(plane)
+    data = np.ones((1, 4), np.float32)
+    for ident, endpoint in ((1, "ModelInfer RPC"), (2, "HTTP end point")):
+        call = call_for(ident, "m", None, InferRequest([Tensor("X", "FP32", data.shape, data)]),
+                        endpoint=endpoint, trace_headers=[], arena=None, blocks=[])  # fmt: skip
+        link.data_received(frame(call))
+    await asyncio.sleep(0.05)
+    assert len(transport.replies) == 2
+    grpc_span, http_span = spans
+    assert grpc_span.attributes == {"rpc.system": "grpc", "rpc.grpc.status_code": 13}
+    assert grpc_span.ended == 500
+    assert http_span.attributes == {}
+    assert http_span.ended == 500

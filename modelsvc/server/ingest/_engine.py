@@ -14,8 +14,11 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any, cast
 
-from ...engine import http_error
+import grpc
+
+from ...engine import DecoupledRefused, http_error
 from ...protocol import Cancelled, ModelsvcError
+from ..grpc._status import _code, _end_trace
 from ._arena import ArenaView, OwnedArena
 from ._wire import (
     Call,
@@ -172,11 +175,11 @@ class WorkerLink(asyncio.Protocol):
             dataplane = self.channel.dataplane
             response = await dataplane.infer(call.model, call.version, request, trace, endpoint=call.endpoint)
         except asyncio.CancelledError as exc:
-            _end(trace, 499, exc)
+            _end(trace, call.endpoint, exc)
             self._send(error_reply(call.id, Cancelled("the request was cancelled")))
             return
         except Exception as exc:
-            _end(trace, http_error(exc)[0], exc)
+            _end(trace, call.endpoint, exc)
             if not isinstance(exc, ModelsvcError):
                 logger.error("inference on model %s failed", call.model, exc_info=exc)
             self._send(error_reply(call.id, exc))
@@ -191,12 +194,26 @@ class WorkerLink(asyncio.Protocol):
                 cast(OwnedArena, self.outputs).free(block)
             if not isinstance(exc, ModelsvcError):
                 logger.error("the response of model %s cannot be sent to its worker", call.model, exc_info=exc)
-            _end(trace, http_error(exc)[0], exc)
+            _end(trace, call.endpoint, exc)
             self._send(error_reply(call.id, exc))
             return
-        _end(trace, 200, None)
+        _end(trace, call.endpoint, None)
 
 
-def _end(trace: Any, status: int, error: BaseException | None) -> None:
-    if trace is not None:
-        trace.end(status, error)
+GRPC_ENDPOINT = "ModelInfer RPC"
+"""The ``endpoint`` of a call from a worker's gRPC door (``InferenceService.ModelInfer``)."""
+
+
+def _end(trace: Any, endpoint: str | None, error: BaseException | None) -> None:
+    """Close a call's span as its door closes it in one process: a gRPC call's with rpc.system and its code."""
+    if trace is None:
+        return
+    if endpoint == GRPC_ENDPOINT:
+        code = grpc.StatusCode.OK if error is None else grpc.StatusCode.CANCELLED
+        _end_trace(trace, error, _code(error) if isinstance(error, Exception) else code)
+    elif error is None:
+        trace.end(200, None)
+    elif isinstance(error, DecoupledRefused):
+        trace.end(DecoupledRefused.http_status, error)  # the HTTP door's 501
+    else:
+        trace.end(http_error(error)[0] if isinstance(error, Exception) else 499, error)
