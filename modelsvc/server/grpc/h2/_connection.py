@@ -55,7 +55,6 @@ from ._frames import (
     MAX_CONTROL_FRAME,
     MAX_WINDOW,
     NO_ERROR,
-    PADDED,
     PING,
     PREFACE,
     PRIORITY_FLAG,
@@ -284,25 +283,6 @@ class H2Connection(Inflow, asyncio.Protocol):
         elif ftype == PUSH_PROMISE:
             raise _ConnectionError(PROTOCOL_ERROR, "a client may not push")
         # PRIORITY and unknown frame types are ignored
-
-    def _asked(self) -> None:
-        """A PING or SETTINGS to answer: past ``max_pings_without_data`` of them beyond one a second, with no
-        HEADERS or DATA between, the peer is asking for answers it does not need (a flood)."""
-        now = self.loop.time()
-        self._calm = max(0.0, self._calm - (now - self._calm_at)) + 1.0
-        self._calm_at = now
-        if self._calm > self.limits.max_pings_without_data:
-            raise _ConnectionError(ENHANCE_YOUR_CALM, "too many PINGs (or SETTINGS) without calls")
-
-    def _unpad(self, flags: int, payload: memoryview) -> memoryview:
-        if flags & PADDED:
-            if not payload:
-                raise _ConnectionError(PROTOCOL_ERROR, "padding without its length")
-            pad = payload[0]
-            if pad >= len(payload):
-                raise _ConnectionError(PROTOCOL_ERROR, "padding longer than the frame")
-            return payload[1 : len(payload) - pad]
-        return payload
 
     def _headers(self, flags: int, sid: int, payload: memoryview) -> None:
         block = self._unpad(flags, payload)

@@ -13,7 +13,20 @@ from __future__ import annotations
 
 import asyncio
 
-from ._frames import _U32, CANCEL, END_STREAM, FLOW_CONTROL_ERROR, MAX_WINDOW, NO_ERROR, PADDED, WINDOW_UPDATE, frame
+from ._frames import (
+    _U32,
+    CANCEL,
+    END_STREAM,
+    ENHANCE_YOUR_CALM,
+    FLOW_CONTROL_ERROR,
+    MAX_WINDOW,
+    NO_ERROR,
+    PADDED,
+    PROTOCOL_ERROR,
+    WINDOW_UPDATE,
+    _ConnectionError,
+    frame,
+)
 from ._limits import Budget, H2Limits
 from ._stream import H2Stream
 
@@ -38,11 +51,12 @@ class Inflow:
     _waiting: dict[int, H2Stream]
     """Streams whose message needs more window than they have, and found it reserved by others."""
     _data_seen: bool
+    loop: asyncio.AbstractEventLoop
+    _calm: float
+    """PINGs and SETTINGS since the last HEADERS or DATA either way, less one a second (``_calm_at``: when)."""
+    _calm_at: float
 
     def _write(self, parts: list[bytes | memoryview]) -> None:
-        raise NotImplementedError
-
-    def _unpad(self, flags: int, payload: memoryview) -> memoryview:
         raise NotImplementedError
 
     def reset_stream(self, stream: H2Stream, code: int = CANCEL) -> None:
@@ -50,6 +64,25 @@ class Inflow:
 
     def close(self, code: int = NO_ERROR, reason: str = "") -> None:
         raise NotImplementedError
+
+    def _asked(self) -> None:
+        """A PING or SETTINGS to answer: past ``max_pings_without_data`` of them beyond one a second, with no
+        HEADERS or DATA between, the peer is asking for answers it does not need (a flood)."""
+        now = self.loop.time()
+        self._calm = max(0.0, self._calm - (now - self._calm_at)) + 1.0
+        self._calm_at = now
+        if self._calm > self.limits.max_pings_without_data:
+            raise _ConnectionError(ENHANCE_YOUR_CALM, "too many PINGs (or SETTINGS) without calls")
+
+    def _unpad(self, flags: int, payload: memoryview) -> memoryview:
+        if flags & PADDED:
+            if not payload:
+                raise _ConnectionError(PROTOCOL_ERROR, "padding without its length")
+            pad = payload[0]
+            if pad >= len(payload):
+                raise _ConnectionError(PROTOCOL_ERROR, "padding longer than the frame")
+            return payload[1 : len(payload) - pad]
+        return payload
 
     def _data(self, flags: int, sid: int, payload: memoryview) -> None:
         size = len(payload)
