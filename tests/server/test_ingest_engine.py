@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -224,3 +225,16 @@ async def test_the_span_of_a_grpc_call_through_a_worker_is_a_grpc_span() -> None
     assert grpc_span.ended == 500
     assert http_span.attributes == {}
     assert http_span.ended == 500
+
+
+def test_a_large_frame_is_cut_in_linear_time() -> None:
+    """A tensor larger than the arena crosses inline, in a frame that arrives in many reads: joined once when
+    whole, not again at every read (64 MiB in 256 KiB reads took 25 s, the engine's loop blocked all along)."""
+    size = 64 << 20
+    data = _wire.HEADER.pack(size) + bytes(size)
+    reader, frames = FrameReader(), []
+    began = time.perf_counter()
+    for i in range(0, len(data), 256 * 1024):
+        frames += reader.feed(data[i : i + 256 * 1024])
+    assert time.perf_counter() - began < 2
+    assert [len(f) for f in frames] == [size]

@@ -137,23 +137,26 @@ def decode_to_worker(body: memoryview) -> Reply | Welcome:
 
 
 class FrameReader:
-    """Cuts a byte stream into frames; a frame that arrived whole in one chunk is a view on that chunk."""
+    """Cuts a byte stream into frames; a frame that arrived whole in one chunk is a view on that chunk. One that
+    comes in many chunks is joined once, when it is whole (its header says how much to wait for)."""
 
-    __slots__ = ("_parts", "_size")
+    __slots__ = ("_need", "_parts", "_size")
 
     def __init__(self) -> None:
         self._parts: list[bytes] = []
         self._size = 0
+        self._need = HEADER.size
 
     def feed(self, data: bytes) -> list[memoryview]:
         if self._parts:
             self._parts.append(data)
             self._size += len(data)
-            if self._size < HEADER.size:
+            if self._size < self._need:
                 return []
             data = b"".join(self._parts)
             self._parts.clear()
             self._size = 0
+            self._need = HEADER.size
         view = memoryview(data)
         frames: list[memoryview] = []
         offset, end = 0, len(view)
@@ -170,6 +173,8 @@ class FrameReader:
             rest = bytes(view[offset:])
             self._parts.append(rest)
             self._size = len(rest)
+            if len(rest) >= HEADER.size:  # the frame's length is known: wait for all of it
+                self._need = HEADER.size + HEADER.unpack_from(rest)[0]
         return frames
 
 
