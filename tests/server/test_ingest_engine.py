@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,8 @@ from opentelemetry.propagators.composite import CompositePropagator
 from opentelemetry.propagators.textmap import TextMapPropagator
 
 from modelsvc.protocol import InferRequest, InferResponse, InternalError, Tensor
-from modelsvc.server.ingest import _wire, available_cpus
+from modelsvc.server._options import ServeOptions
+from modelsvc.server.ingest import Ingest, _wire, available_cpus
 from modelsvc.server.ingest._arena import ArenaView, OwnedArena
 from modelsvc.server.ingest._engine import EngineChannel, WorkerLink
 from modelsvc.server.ingest._remote import EngineLink, ForwardTracing, RemoteDataPlane
@@ -238,3 +240,15 @@ def test_a_large_frame_is_cut_in_linear_time() -> None:
         frames += reader.feed(data[i : i + 256 * 1024])
     assert time.perf_counter() - began < 2
     assert [len(f) for f in frames] == [size]
+
+
+async def test_a_worker_that_cannot_be_started_fails_the_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Spawning a worker can fail (no such interpreter, no processes left): ``start`` says so (the server exits 1)
+    instead of waiting for ever for a worker that never came."""
+    monkeypatch.setattr(sys, "executable", "/nonexistent/python")
+    ingest = Ingest(ServeOptions(model_repository="/nonexistent", workers=1, ingest_arena_bytes=1 << 20))
+    try:
+        with pytest.raises(OSError, match="ingest worker 0"):
+            await asyncio.wait_for(ingest.start(_Plane()), 10)  # type: ignore[arg-type]
+    finally:
+        await ingest.stop(0)

@@ -146,6 +146,14 @@ class Ingest:
                     sys.executable, "-m", "modelsvc.server.ingest", str(spec_path), str(index), str(inputs),
                     str(outputs.fd), pass_fds=(inputs, outputs.fd),
                 )  # fmt: skip
+            except OSError as exc:  # no process (no such interpreter, no processes left)
+                if not self._serving:  # the start fails, as the server's when it cannot open its endpoints
+                    if not started.done():
+                        started.set_exception(OSError(f"ingest worker {index} cannot be started: {exc}"))
+                    return
+                logger.error("ingest worker %d cannot be started again: %s", index, exc)
+                await asyncio.sleep(RESTART_BACKOFF_S)
+                continue
             finally:
                 os.close(inputs)  # the mappings stay; the child has its own descriptors
                 outputs.close_fd()
