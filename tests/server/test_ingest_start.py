@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 from pathlib import Path
 
 import pytest
 
 from modelsvc.tools import onnx_models as om
+from tests._server import gone, wait_for
 from tests.conftest import identity_config
 from tests.server._ingest import workers_server
 
@@ -31,3 +34,28 @@ def test_a_port_taken_ends_the_server_as_one_process_does(tmp_path: Path) -> Non
     log = server.log()
     assert "address already in use" in log
     assert "starting it again" not in log
+
+
+def test_workers_that_drained_on_the_groups_signal_are_not_started_again(tmp_path: Path) -> None:
+    """A terminal's Ctrl-C reaches every process of the group: the workers drain and exit, and the engine, whose
+    own SIGINT may be handled a moment after it sees them go (here: it was stopped meanwhile), must not start
+    them again on its way out."""
+    om.write_model(tmp_path, "identity", om.identity(), identity_config("identity"))
+    server = workers_server(tmp_path).start().wait_ready()
+    try:
+        assert server.proc is not None
+        engine = server.proc.pid
+        workers = [int(pid) for pid in Path(f"/proc/{engine}/task/{engine}/children").read_text().split()]
+        assert len(workers) == 2
+        os.kill(engine, signal.SIGSTOP)
+        try:
+            for pid in workers:
+                os.kill(pid, signal.SIGINT)
+            wait_for(lambda: all(gone(pid) for pid in workers), "the workers to drain and exit", 20)
+            os.kill(engine, signal.SIGINT)
+        finally:
+            os.kill(engine, signal.SIGCONT)
+        assert server.wait_exit(30) == 0
+    finally:
+        server.terminate()
+    assert "starting it again" not in server.log()

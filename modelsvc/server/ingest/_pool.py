@@ -37,7 +37,8 @@ START_TIMEOUT_S = 60
 """How long ``start`` waits for every worker to open its ports."""
 
 RESTART_BACKOFF_S = 1.0
-"""A worker that exits within this long of its start is started again only after this long (no restart storm)."""
+"""A worker that exits within this long of its start, or drains and exits on a signal, is started again only after
+this long (no restart storm; the engine's own signal comes first)."""
 
 
 def available_cpus(cgroup: Path = Path("/sys/fs/cgroup")) -> float:
@@ -167,10 +168,14 @@ class Ingest:
                 self.failed = f"ingest worker {index} exited with {code} before the workers served their ports"
                 self.channel.changed.set()
                 return
+            if code == 0 or time.monotonic() - began < RESTART_BACKOFF_S:
+                # died young; or drained on a signal (a terminal's Ctrl-C reaches the whole process group): the
+                # engine's own may be handled a moment later, and then it is not started again
+                await asyncio.sleep(RESTART_BACKOFF_S)
+                if self._stopped():
+                    return
             self.restarts += 1
             logger.warning("ingest worker %d (pid %d) exited with %s; starting it again", index, proc.pid, code)
-            if time.monotonic() - began < RESTART_BACKOFF_S:
-                await asyncio.sleep(RESTART_BACKOFF_S)
 
     def _stopped(self) -> bool:
         return self.stopping
