@@ -91,7 +91,7 @@ async def _serve(options: ServeOptions, models: ModelManager, dataplane: DataPla
                 max_message_size=options.grpc_max_message_size,
                 restricted=options.grpc_restricted,
                 engine=options.grpc_engine,
-                limits=options.grpc_limits,
+                limits=options.grpc_limits if ingest is None else ingest.door_limits,
             )
             if ingest is not None:
                 await grpc_server.start_unix(ingest.grpc_socket)

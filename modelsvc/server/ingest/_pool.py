@@ -18,7 +18,7 @@ import signal
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +30,7 @@ from ._engine import EngineChannel
 if TYPE_CHECKING:
     from ...engine import DataPlane
     from .._options import ServeOptions
+    from ..grpc import H2Limits
 
 logger = logging.getLogger("modelsvc.ingest")
 
@@ -176,6 +177,13 @@ class Ingest:
                     return
             self.restarts += 1
             logger.warning("ingest worker %d (pid %d) exited with %s; starting it again", index, proc.pid, code)
+
+    @property
+    def door_limits(self) -> H2Limits:
+        """The bounds of the engine's own gRPC door: each worker forwards all its clients' calls there over one
+        connection, so the per-connection caps a client has (enforced by the worker's public door) do not apply."""
+        unbounded = 2**31 - 1
+        return replace(self.options.grpc_limits, max_concurrent_streams=unbounded, max_reset_streams=unbounded)
 
     def _stopped(self) -> bool:
         return self.stopping

@@ -25,7 +25,9 @@ _HOP = {b"connection", b"keep-alive", b"transfer-encoding", b"content-length", b
 
 def http_proxy(socket_path: str) -> ASGIApp:
     """An ASGI app that asks the engine's HTTP door (on ``socket_path``) and answers what it answered."""
-    client = httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=socket_path), timeout=None)
+    # no cap on connections (httpx's default is 100): slow calls (model loads) must not hold up a health check
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=32)
+    client = httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=socket_path, limits=limits), timeout=None)
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
