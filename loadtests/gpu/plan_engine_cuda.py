@@ -92,6 +92,10 @@ def standin_tensorrt(cudart: Any, log: list[str]) -> types.ModuleType:
             self.shapes[name] = tuple(int(d) for d in shape)
             return True
 
+        def infer_shapes(self) -> list[str]:
+            """As the binding: the names of inputs not yet specified (none here: identity takes any shapes)."""
+            return []
+
         def get_tensor_shape(self, name: str) -> tuple[int, ...]:
             return self.shapes.get(name.replace("OUTPUT", "INPUT"), (-1, -1))
 
