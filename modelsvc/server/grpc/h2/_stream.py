@@ -112,6 +112,17 @@ class H2Stream:
                     self.messages.append(data[5:].tobytes())
                     self.held += 5 + length
                 return
+        elif len(buffer) >= 5 and not buffer[0]:  # the rest of a message begun in an earlier frame
+            length = _U32.unpack_from(buffer, 1)[0]
+            rest = 5 + length - len(buffer)
+            if len(data) >= rest and length <= self.max_message:  # it ends here: one copy from both parts
+                with memoryview(buffer) as view:
+                    self.messages.append(b"".join((view[5:], data[:rest])))
+                self._buffer = bytearray()
+                self.held += rest
+                if len(data) > rest:
+                    self._feed(data[rest:])
+                return
         buffer += data
         self.held += len(data)
         while len(buffer) >= 5 and self.error is None:
