@@ -29,10 +29,10 @@ Backends (``--backend``, ``--precision``):
   - embedder: onnxruntime fp32 on every CPU, so that every node of a fleet answers the same vectors
     (bf16 moves them by up to 9e-4, int8 by a cosine of about 0.998: ask with ``--precision bf16|int8``);
   - doc_classifier: openvino int8 where the CPU has int8 dot products (``avx512_vnni`` or ``amx_int8`` in
-    /proc/cpuinfo; served 2.2-2.6x ONNX Runtime fp32 on 512-token windows on an AVX-512 VNNI EPYC, labels and
-    cosine checked), else openvino bf16 where it has native bf16 (``amx_bf16`` or ``avx512_bf16``), else
-    onnxruntime fp32 (AVX2 only: int8 was not measured faster there); all where OpenVINO is installed, else
-    onnxruntime fp32, and the build says so and names the extra;
+    /proc/cpuinfo; served 2.22x ONNX Runtime fp32 on long documents and 2.17-2.61x on 512-token windows on an
+    AVX-512 VNNI EPYC, labels and cosine checked), else openvino bf16 where it has native bf16 (``amx_bf16`` or
+    ``avx512_bf16``), else onnxruntime fp32 (AVX2 only: int8 was not measured faster there); all where OpenVINO is
+    installed, else onnxruntime fp32, and the build says so and names the extra;
   - with ``--precision`` bf16 or int8, openvino; fp32, onnxruntime.
   Measured in-process on a 2-core AVX2 EPYC (MiniLM, batch 4 x 512 tokens, 2 threads, the machine shared, so by
   median of runs interleaved round by round): ORT fp32 fused 1.81 s, OpenVINO f32 1.83 s (bf16 hint: f32 ran,
