@@ -27,7 +27,7 @@ Backends (``--backend``, ``--precision``):
   second MatMuls kept in float (they hold most of the loss), and its parity bound a cosine of 0.99 (MIN_COSINE).
 - ``auto`` (the default), per service, among the backends installed here:
   - embedder: onnxruntime fp32 on every CPU, so that every node of a fleet answers the same vectors
-    (bf16 moves them by up to 9e-4, int8 by a cosine of about 0.998: ask with ``--precision bf16|int8``);
+    (bf16 moves them by up to 9e-4, int8 to a cosine of about 0.997: ask with ``--precision bf16|int8``);
   - doc_classifier: openvino int8 where the CPU has int8 dot products (``avx512_vnni`` or ``amx_int8`` in
     /proc/cpuinfo; served 2.22x ONNX Runtime fp32 on long documents and 2.17-2.61x on 512-token windows on an
     AVX-512 VNNI EPYC, labels and cosine checked), else openvino bf16 where it has native bf16 (``amx_bf16`` or
