@@ -59,6 +59,9 @@ class DataPlane:
         """False until every model that should load has been loaded (or has failed)."""
         self.draining = False
         """True once shutdown began: not ready any more, in-flight requests still finish."""
+        self.doors_open = True
+        """False while the server's doors are still opening (ingest workers starting): not ready yet, though the
+        requests that already reach it are served."""
         self.tracing: Tracing | None = None
         """Set when tracing is on (``--trace-config mode=opentelemetry``); the transports start each
         request's trace with it."""
@@ -77,7 +80,7 @@ class DataPlane:
         return True
 
     def ready(self) -> bool:
-        return self.accepting and not self.draining and self.models.all_ready()
+        return self.accepting and self.doors_open and not self.draining and self.models.all_ready()
 
     def server_metadata(self) -> dict[str, Any]:
         return {"name": "modelsvc", "version": __version__, "extensions": EXTENSIONS}

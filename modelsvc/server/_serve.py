@@ -74,7 +74,8 @@ async def serve(options: ServeOptions) -> int:
 async def _serve(options: ServeOptions, models: ModelManager, dataplane: DataPlane) -> int:
     servers: list[HttpServer] = []
     ingest = Ingest(options) if options.workers > 0 else None
-    dataplane.accepting = ingest is None  # with workers: once every worker serves the ports
+    dataplane.accepting = True
+    dataplane.doors_open = ingest is None  # with workers: ready once every worker serves the ports
     grpc_server: GrpcServer | None = None
     system = None
     if options.allow_metrics:  # sampled from before the endpoints open: the first scrape has the values
@@ -116,7 +117,7 @@ async def _serve(options: ServeOptions, models: ModelManager, dataplane: DataPla
             logger.info("metrics on %s:%d/metrics", *metrics.address)
         if ingest is not None:
             await ingest.start(dataplane)
-            dataplane.accepting = True
+            dataplane.doors_open = True
             logger.info(
                 "HTTP v2 endpoint on %s:%d, gRPC on %s:%d (engine %s): %d ingest workers",
                 options.http_address, options.http_port, options.grpc_address, options.grpc_port,
