@@ -235,7 +235,12 @@ def repository(case: BackendCase, tmp_path_factory: pytest.TempPathFactory) -> P
 @pytest.fixture(scope="module")
 def server(repository: Path) -> Iterator[ModelsvcProcess]:
     """The repository served; its mismatched models fail to load, so the server is live but never ready."""
-    proc = ModelsvcProcess(repository, "--exit-on-error", "false").start()
+    yield from serve_contract(repository)
+
+
+def serve_contract(repository: Path, *extra: str) -> Iterator[ModelsvcProcess]:
+    """``modelsvc serve`` on the contract's repository (with ``extra`` flags), once its good models are loaded."""
+    proc = ModelsvcProcess(repository, "--exit-on-error", "false", *extra).start()
     try:
 
         def loaded() -> bool:

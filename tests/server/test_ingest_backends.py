@@ -10,15 +10,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
-from tests._server import ModelsvcProcess, wait_for
+from tests._server import ModelsvcProcess
 from tests.backends.test_backend_contract import (  # noqa: F401 (fixtures the imported tests use)
-    SPECS,
     case,
     http,
     repository,
+    serve_contract,
     test_a_bad_request_is_invalid_argument_naming_the_tensor,
     test_a_mismatch_fails_only_its_own_requests_each_naming_its_own_shapes,
     test_a_model_whose_config_disagrees_is_unavailable_with_the_reason,
@@ -27,25 +26,10 @@ from tests.backends.test_backend_contract import (  # noqa: F401 (fixtures the i
     test_http_inference_and_metadata,
     test_inputs_that_do_not_fit_each_other_are_invalid_argument_naming_them,
 )
-from tests.server._ingest import workers_server
+from tests.server._ingest import WORKERS
 
 
 @pytest.fixture(scope="module")
 def server(repository: Path) -> Iterator[ModelsvcProcess]:  # noqa: F811 (the fixture it takes)
     """As the contract's server, behind two workers."""
-    proc = workers_server(repository, "--exit-on-error", "false").start()
-    try:
-
-        def loaded() -> bool:
-            assert proc.proc is not None
-            assert proc.proc.poll() is None, proc.log()
-            try:
-                ready = [httpx.get(f"{proc.base}/v2/models/{m}/ready", timeout=5) for m in [*SPECS, "held"]]
-            except httpx.TransportError:
-                return False
-            return all(r.status_code == 200 for r in ready)
-
-        wait_for(loaded, "the good models to load", timeout=120)
-        yield proc
-    finally:
-        proc.terminate()
+    yield from serve_contract(repository, "--workers", WORKERS)

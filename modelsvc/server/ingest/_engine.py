@@ -26,11 +26,11 @@ from ._wire import (
     FrameReader,
     Hello,
     Listening,
+    Outbox,
     Release,
     Welcome,
     decode_to_engine,
     error_reply,
-    frame,
     reply_for,
     request_of,
 )
@@ -87,17 +87,17 @@ class WorkerLink(asyncio.Protocol):
         self.pid = 0
         self.index = -1
         self.listening = False
-        self._out: list[bytes] = []
-        self._flushing = False
+        self.outbox = Outbox(loop)
 
     # -- the socket -------------------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass asyncio's
+        self.outbox.transport = self.transport
         self.channel.links.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.channel.links.discard(self)
-        self.transport = None
+        self.transport = self.outbox.transport = None
         for task in list(self.tasks.values()):
             task.cancel()  # nobody is left to answer: a queued request is withdrawn, a running one is dropped
 
@@ -115,16 +115,7 @@ class WorkerLink(asyncio.Protocol):
             self.close()
 
     def _send(self, message: Any) -> None:
-        self._out.append(frame(message))
-        if not self._flushing:
-            self._flushing = True
-            self.loop.call_soon(self._flush)
-
-    def _flush(self) -> None:
-        self._flushing = False
-        out, self._out = self._out, []
-        if self.transport is not None and out:
-            self.transport.write(b"".join(out) if len(out) > 1 else out[0])
+        self.outbox.send(message)
 
     # -- messages ---------------------------------------------------------------------------------------------
     def _take(self, message: Call | Cancel | Release | Hello | Listening) -> None:

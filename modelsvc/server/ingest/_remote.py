@@ -20,13 +20,13 @@ from ._wire import (
     Cancel,
     FrameReader,
     Hello,
+    Outbox,
     Release,
     Reply,
     Welcome,
     call_for,
     decode_to_worker,
     error_of,
-    frame,
     response_of,
 )
 
@@ -55,9 +55,8 @@ class EngineLink(asyncio.Protocol):
         self.ids = itertools.count(1)
         self.welcomed: asyncio.Future[None] = self.loop.create_future()
         self.lost: asyncio.Future[None] = self.loop.create_future()
-        self._out: list[bytes] = []
-        self._flushing = False
         self._release: list[tuple[int, int]] = []
+        self.outbox = Outbox(self.loop, self._released)
 
     @classmethod
     async def connect(cls, path: str, arena: OwnedArena, engine_arena: ArenaView, index: int) -> EngineLink:
@@ -69,9 +68,10 @@ class EngineLink(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass asyncio's
+        self.outbox.transport = self.transport
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.transport = None
+        self.transport = self.outbox.transport = None
         for pending in self.pending.values():
             if pending.waiter is not None and not pending.waiter.done():
                 pending.waiter.set_exception(Unavailable(ENGINE_GONE))
@@ -82,19 +82,14 @@ class EngineLink(asyncio.Protocol):
             self.lost.set_result(None)
 
     def send(self, message: Any) -> None:
-        self._out.append(frame(message))
-        if not self._flushing:
-            self._flushing = True
-            self.loop.call_soon(self._flush)
+        self.outbox.send(message)
 
-    def _flush(self) -> None:
-        self._flushing = False
-        if self._release:
-            self._out.append(frame(Release(self._release)))
-            self._release = []
-        out, self._out = self._out, []
-        if self.transport is not None and out:
-            self.transport.write(b"".join(out) if len(out) > 1 else out[0])
+    def _released(self) -> list[Release]:
+        """The blocks of the engine's arena released this turn, as one message."""
+        if not self._release:
+            return []
+        released, self._release = Release(self._release), []
+        return [released]
 
     def data_received(self, data: bytes) -> None:
         for body in self.reader.feed(data):
@@ -116,9 +111,7 @@ class EngineLink(asyncio.Protocol):
         blocks = [t.block for t in reply.outputs or () if t.block is not None]
         if blocks:
             self._release.extend(blocks)
-            if not self._flushing:
-                self._flushing = True
-                self.loop.call_soon(self._flush)
+            self.outbox.wake()
 
     def take_response(self, reply: Reply) -> InferResponse:
         """The reply's response, its arena blocks copied out and released to the engine."""

@@ -15,7 +15,9 @@ The messages (``array_like``: a list on the wire, no field names):
 
 from __future__ import annotations
 
+import asyncio
 import struct
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -134,6 +136,36 @@ def decode_to_engine(body: memoryview) -> Call | Cancel | Release | Hello | List
 
 def decode_to_worker(body: memoryview) -> Reply | Welcome:
     return _to_worker.decode(body)  # type: ignore[no-any-return]
+
+
+class Outbox:
+    """What one end of the channel sends: the frames queued within one turn of the event loop, written in one write
+    at its end (``gather``: more messages to add just before, e.g. the blocks released meanwhile)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, gather: Callable[[], list[Any]] | None = None) -> None:
+        self.loop = loop
+        self.transport: asyncio.Transport | None = None
+        self._frames: list[bytes] = []
+        self._scheduled = False
+        self._gather = gather
+
+    def send(self, message: msgspec.Struct) -> None:
+        self._frames.append(frame(message))  # (here, so that a frame over MAX_FRAME fails its sender)
+        self.wake()
+
+    def wake(self) -> None:
+        """Flush at the end of this turn of the loop."""
+        if not self._scheduled:
+            self._scheduled = True
+            self.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._scheduled = False
+        if self._gather is not None:
+            self._frames += [frame(message) for message in self._gather()]
+        frames, self._frames = self._frames, []
+        if self.transport is not None and frames:
+            self.transport.write(b"".join(frames) if len(frames) > 1 else frames[0])
 
 
 class FrameReader:
