@@ -85,17 +85,18 @@ def _tree_pids(root: int) -> list[int]:
     return out
 
 
+def cpu_seconds(pid: int) -> float:
+    """User+system CPU seconds of one process (all its threads), from /proc; 0 once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime (fields 14, 15 of stat)
+
+
 def tree_cpu_seconds(root: int) -> float:
     """User+system CPU seconds of a process and its live descendants, from /proc."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for pid in _tree_pids(root):
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15 of stat)
-    return total / tick
+    return sum(cpu_seconds(pid) for pid in _tree_pids(root))
 
 
 class ServerProcess:

@@ -14,7 +14,6 @@ median over the rounds.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import tempfile
@@ -38,16 +37,10 @@ dynamic_batching { }
 """
 
 
-def _cpu_s(pid: int) -> float:
-    tick = os.sysconf("SC_CLK_TCK")
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / tick
-
-
 def _split_cpu(server: _servers.ServerProcess) -> tuple[float, float]:
     """(engine, workers) CPU seconds so far: the server's own process, and its descendants."""
     assert server.proc is not None
-    engine = _cpu_s(server.proc.pid)
+    engine = _servers.cpu_seconds(server.proc.pid)
     return engine, server.cpu_seconds() - engine
 
 
