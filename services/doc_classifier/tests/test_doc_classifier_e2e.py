@@ -60,7 +60,7 @@ def test_concurrent_requests_of_every_size_are_all_answered_right(up):
     expected = list(DOCUMENTS) + ["technology"] * 4
 
     # a caller that waits 120 s says so (Request-Timeout): a burst the pair works off within it waits its turn,
-    # however slow the machine, where one without a deadline gets the service's 10 s budget
+    # however slow the machine, where one without a deadline gets the service's 6 s budget
     deadline = {"Request-Timeout": "110"}
 
     async def run() -> list[httpx.Response]:
