@@ -281,6 +281,19 @@ def verdicts(phases: list[dict[str, Any]]) -> list[tuple[str, bool | None, str]]
     ]  # fmt: skip
 
 
+def budget_hint(phases: list[dict[str, Any]]) -> str | None:
+    """A line for a burst refused at the default budget but served under a deadline: how long it took, which is
+    what ``max_wait_s`` must exceed (and stay below the storm's first wave, which looks alike on arrival)."""
+    plain = [p for p in phases if p["phase"].startswith("burst") and "deadline" not in p["phase"] and p["refused"]]
+    served = [p for p in phases if "deadline" in p["phase"] and p["ok"] == p["sent"]]
+    if not plain or not served:
+        return None
+    work = max(p["last_s"] for p in served)
+    return (f"the burst was refused at the service's max_wait_s and took {work:.1f} s under a deadline: on this "
+            "pair the budget should exceed that and stay below the storm's first wave (service.yaml's admission "
+            "comment; LOGICD_ADMISSION__MAX_WAIT_S overrides it)")  # fmt: skip
+
+
 def cpu_flags() -> str:
     words = Path("/proc/cpuinfo").read_text().split() if Path("/proc/cpuinfo").exists() else []
     return " ".join(sorted({w for w in words if w.startswith(("avx", "amx", "sse4", "fma"))}))
@@ -363,6 +376,9 @@ def main(argv: list[str] | None = None) -> int:
     results = verdicts(summaries)
     labels = {True: "yes", False: "NO", None: "n/a"}
     print(markdown_table(["verdict", "held", "figures"], [[w, labels[ok], f] for w, ok, f in results]))
+    hint = budget_hint(summaries)
+    if hint is not None:
+        print(f"\n{hint}")
     write_json(args.json, {
         "script": "storm", "machine": machine_line(), "flags": cpu_flags(), "load": [load[0], load_average()],
         "headers": headers,

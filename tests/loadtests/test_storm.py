@@ -39,3 +39,21 @@ def test_storm_prints_each_phase_and_counts_every_request(
     assert "cpu=" in printed
     assert "flags:" in printed
     assert len(data["verdicts"]) == 4
+
+
+def test_a_burst_refused_at_the_budget_but_served_under_a_deadline_gets_a_hint() -> None:
+    """The hint names the time the burst took under a deadline (what max_wait_s must exceed), and only shows when
+    the burst was refused at the default budget while served whole under the deadline."""
+
+    def phase(name: str, sent: int, ok: int, last_s: float) -> dict[str, object]:
+        return {"phase": name, "sent": sent, "ok": ok, "refused": sent - ok, "last_s": last_s}
+
+    refused = phase("burst of 64", 64, 3, 0.4)
+    served = phase("burst of 64, deadline 30 s", 64, 64, 8.7)
+    hint = storm.budget_hint([phase("2 clients", 40, 40, 12.0), refused, served])
+    assert hint is not None
+    assert "8.7 s" in hint
+    assert "LOGICD_ADMISSION__MAX_WAIT_S" in hint
+    assert storm.budget_hint([phase("burst of 64", 64, 64, 4.5), served]) is None  # nothing refused
+    assert storm.budget_hint([refused]) is None  # no deadline run to tell how long it takes
+    assert storm.budget_hint([refused, phase("burst of 64, deadline 30 s", 64, 60, 30.0)]) is None
