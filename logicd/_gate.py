@@ -16,14 +16,10 @@ longer than ``max_wait_s`` (a burst admitted within the budget drains within it,
 fed as fast as it drains: callers with long deadlines, or as many closed-loop callers as the budget holds). From
 then on a newcomer may wait only as long as one typical request of the route takes (its target), even for a free
 slot.
-When ``max_wait_s`` overflowed, the waiters of that wave (arrivals each within the target of the one before)
-beyond that target are refused at once too: they have waited only for the wave to arrive. A waiter of an earlier
-wave keeps its place unless it can no longer start within its own budget: it was let wait on that promise, so a
-burst that fits stays served when the learnt pace wobbles. The route stays overloaded until ``2 x retry_after_s`` (at
+When ``max_wait_s`` overflowed, the waiters beyond that target are refused at once too: they came in the same
+wave, so they have waited only for the wave to arrive. The route stays overloaded until ``2 x retry_after_s`` (at
 least 2 s) pass with no such refusal. So the requests a storm lets in keep about the latency they have under
-light load, and the rest are refused with Retry-After. A storm whose first wave fits the budget is served as a
-burst would be (they look alike on arrival): the budget must lie below the storm's first wave for its admitted
-requests to keep their latency, and above the bursts to serve.
+light load, and the rest are refused with Retry-After.
 
 Before the route has a learnt pace (its first answers), waiting is bounded by count: twice the in-flight limit.
 """
@@ -102,10 +98,6 @@ class _Cost:
 @dataclass
 class _Waiter:
     size: float
-    arrived: float
-    budget_end: float
-    """The last moment it may start: ``max_wait_s`` after it arrived, or its caller's deadline less its own
-    expected time."""
     future: asyncio.Future[bool] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
     """True: a slot is granted; False: refused while waiting (the route turned overloaded)."""
 
@@ -136,9 +128,6 @@ class RouteGate:
         self._busy_since_answer = 0.0
         self.overloaded_until = -math.inf
         self._calm_at = time.monotonic()
-        self._last_arrival = -math.inf
-        self._wave_start = -math.inf
-        """Arrivals each within the target of the one before are one wave; this one began here."""
         """When a newcomer last found no more than the target ahead of it (a queue that drained)."""
 
     # -- what the gate allows -------------------------------------------------------------------------------
@@ -193,9 +182,6 @@ class RouteGate:
         body = size
         size = self.weigh(size)
         now = time.monotonic()
-        if now - self._last_arrival > self.target_s():
-            self._wave_start = now
-        self._last_arrival = now
         if self.in_flight < self.limit and not self._waiters:
             if (self.expected_wait_s() or 0.0) <= self.target_s():
                 self._calm_at = now
@@ -207,11 +193,10 @@ class RouteGate:
         why = self._room(deadline, size, now)
         if why is not None:
             return why
-        wait = self.max_wait_s if deadline is None else deadline - now
-        own = 0.0 if deadline is None else (self.cost.seconds_per_byte or 0.0) * size
-        waiter = _Waiter(size, now, now + wait - own)
+        waiter = _Waiter(size)
         self._waiters.append(waiter)
         self._waiting_bytes += size
+        wait = self.max_wait_s if deadline is None else deadline - now
         try:
             granted = await asyncio.wait_for(asyncio.shield(waiter.future), wait)
         except TimeoutError:
@@ -302,10 +287,8 @@ class RouteGate:
         return None
 
     def _overload(self, now: float, *, shed: bool = True) -> None:
-        """Demand past what the budget holds: overloaded for a while, and (``shed``) refused at once: the waiters
-        of the wave that overflowed (since ``_wave_start``) past the target, and any waiter that can no longer
-        start within its own budget. One of an earlier wave that still fits keeps its place: it was let wait on
-        that promise (a burst that fits stays served when the learnt pace wobbles)."""
+        """Demand past what the budget holds: overloaded for a while, and (``shed``) the waiters past the target
+        refused."""
         self.overloaded_until = now + max(_MIN_HOLD_S, _HOLD_PERIODS * self.config.retry_after_s)
         pace = self.cost.seconds_per_byte
         if pace is None or not shed:
@@ -314,9 +297,7 @@ class RouteGate:
         ahead = self._backlog
         target = self.target_s()
         for waiter in list(self._waiters):
-            start = pace * ahead
-            same_wave = waiter.arrived >= self._wave_start
-            if not waiter.future.done() and (start > waiter.budget_end - now or (same_wave and start > target)):
+            if pace * ahead > target and not waiter.future.done():
                 self._forget(waiter)
                 waiter.future.set_result(False)
             else:

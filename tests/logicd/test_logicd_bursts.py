@@ -180,30 +180,3 @@ def test_the_callers_deadline_is_the_budget(tmp_path: Path, models: ModelsvcProc
             assert response.headers["retry-after"] == "1"
             assert elapsed < min(ok)
         assert _gauge(logic.base, "logicd_admission_overloaded") == 0  # short deadlines are no storm
-
-
-def test_a_burst_let_wait_keeps_its_place_when_a_later_wave_overflows(tmp_path: Path, models: ModelsvcProcess) -> None:
-    """Ten 100 ms requests at once against a budget of 2 s (1 s of work: all let wait), then, while they are being
-    served, a second wave of thirty (3 s more): the second wave overflows the budget and turns the route
-    overloaded, and its waiters past one request's wait are refused at once; the first burst's waiters, let wait
-    on the promise of the budget and still within it, are all served."""
-    with _logic(tmp_path, models, 2.0) as logic:
-        _teach(logic.base, 0.1)
-
-        async def waves() -> tuple[list, list]:
-            async def later() -> list:
-                await asyncio.sleep(0.35)  # a few of the first burst answered: a wave of its own
-                return await _burst(logic.base, 30, 0.1)
-
-            first, second = await asyncio.gather(_burst(logic.base, 10, 0.1), later())
-            return first, second
-
-        first, second = asyncio.run(waves())
-        ok, refused = _split(first)
-        assert (len(ok), len(refused)) == (10, 0), [response.text for response, _ in refused]
-        ok, refused = _split(second)
-        assert len(refused) >= 20, (len(ok), len(refused))
-        for response, elapsed in refused:
-            assert response.headers["retry-after"] == "1"
-            assert "at capacity" in _problem(response, 503)["detail"]
-            assert elapsed < min(ok, default=2.0)
