@@ -41,6 +41,19 @@ def _feeds(shape: tuple[int, int] = (4, 8)) -> dict[str, np.ndarray[Any, Any]]:
     return {name: rng.standard_normal(shape).astype(np.float32) for name in ("INPUT0", "INPUT1")}
 
 
+def _instance(tmp_path: Path) -> Any:
+    """One instance of model 'm' on GPU 0 through the TensorRT backend, its plan the stand-in's."""
+    import modelsvc.backends
+
+    plan = tmp_path / "model.plan"
+    plan.write_bytes(b"standin")
+    config = parse('name: "m" instance_group [ { kind: KIND_GPU count: 1 gpus: [ 0 ] } ]')
+    backend = modelsvc.backends.BACKENDS["tensorrt"]()
+    backend.autocomplete(config, plan)
+    (instance,) = backend.create_instances(config, plan, 1)
+    return instance
+
+
 def test_only_the_outputs_asked_for_are_copied_to_the_host(standin: tuple[Any, Memory]) -> None:
     module, memory = standin
     engine = module.PlanEngine(b"standin", profile=0)
@@ -74,15 +87,8 @@ def test_only_the_outputs_asked_for_are_copied_to_the_host(standin: tuple[Any, M
 def test_the_backend_asks_the_engine_for_the_requested_outputs_only(
     standin: tuple[Any, Memory], tmp_path: Path
 ) -> None:
-    import modelsvc.backends
-
     _, memory = standin
-    plan = tmp_path / "model.plan"
-    plan.write_bytes(b"standin")
-    config = parse('name: "m" instance_group [ { kind: KIND_GPU count: 1 gpus: [ 0 ] } ]')
-    backend = modelsvc.backends.BACKENDS["tensorrt"]()
-    backend.autocomplete(config, plan)
-    (instance,) = backend.create_instances(config, plan, 1)
+    instance = _instance(tmp_path)
     try:
         memory.calls.clear()
         out = instance.execute(_feeds((2, 4)), ["OUTPUT0"])
@@ -97,14 +103,7 @@ def test_inputs_that_fit_the_profile_but_not_each_other_are_a_400_in_tensorrt_s_
 ) -> None:
     """infer_shapes raising (only an error code) is the request's fault: InputsMismatch naming both inputs and
     their shapes with what TensorRT logged; the engine then serves the next request."""
-    import modelsvc.backends
-
-    plan = tmp_path / "model.plan"
-    plan.write_bytes(b"standin")
-    config = parse('name: "m" instance_group [ { kind: KIND_GPU count: 1 gpus: [ 0 ] } ]')
-    backend = modelsvc.backends.BACKENDS["tensorrt"]()
-    backend.autocomplete(config, plan)
-    (instance,) = backend.create_instances(config, plan, 1)
+    instance = _instance(tmp_path)
     try:
         feeds = {**_feeds((2, 3)), "INPUT1": _feeds((2, 4))["INPUT1"]}
         with pytest.raises(InputsMismatch) as info:

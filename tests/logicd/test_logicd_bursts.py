@@ -18,20 +18,13 @@ import httpx
 import pytest
 
 from tests._server import LogicdProcess, ModelsvcProcess
-from tests.client.test_client_deadline import SLEEPER
+from tests.client.test_client_deadline import CONFIG, SLEEPER
 from tests.logicd.test_logicd_admission import _burst, _metric, _problem, _service
 
 pytestmark = pytest.mark.integration
 
-MODEL_CONFIG = """
-name: "sleeper"
-backend: "python"
-max_batch_size: 1
-input [ { name: "SECONDS" data_type: TYPE_FP32 dims: [ 1 ] } ]
-output [ { name: "SLEPT" data_type: TYPE_FP32 dims: [ 1 ] } ]
-dynamic_batching { default_queue_policy { allow_timeout_override: true } }
-instance_group [ { count: 1 kind: KIND_CPU } ]
-"""
+MODEL_CONFIG = CONFIG + "instance_group [ { count: 1 kind: KIND_CPU } ]\n"
+"""The client tests' sleeper, one request at a time."""
 
 ONE_AT_A_TIME = "admission:\n  max_in_flight: 1\n  retry_after_s: 1\n"
 
