@@ -22,19 +22,15 @@ from pathlib import Path
 
 import numpy as np
 
+from loadtests import ab_http
 from loadtests.bench_core import machine_line
 from loadtests.harness import _perf, _servers
 from modelsvc.tools.onnx_models import identity, write_model
 
 ROOT = Path(__file__).resolve().parents[2]
 MINILM = ROOT / "services" / "embedder" / "model_repository" / "minilm"
-IDENTITY = """name: "identity"
-platform: "onnxruntime_onnx"
-max_batch_size: 64
-input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] } ]
-dynamic_batching { }
-"""
+IDENTITY = ab_http.CONFIG
+"""The identity model of the HTTP A/B benchmark (16 floats, batches of 64)."""
 
 
 def _split_cpu(server: _servers.ServerProcess) -> tuple[float, float]:
