@@ -73,13 +73,17 @@ models: [sleeper]
     return folder
 
 
-@pytest.fixture(scope="module")
-def models(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelsvcProcess]:
-    repo = tmp_path_factory.mktemp("repo")
+def _sleeper(repo: Path, config: str) -> ModelsvcProcess:
+    """A model service (not started yet) on ``repo`` holding the sleeper model with ``config``."""
     (repo / "sleeper" / "1").mkdir(parents=True)
     (repo / "sleeper" / "1" / "model.py").write_text(SLEEPER)
-    (repo / "sleeper" / "config.pbtxt").write_text(MODEL_CONFIG)
-    with ModelsvcProcess(repo) as process:
+    (repo / "sleeper" / "config.pbtxt").write_text(config)
+    return ModelsvcProcess(repo)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelsvcProcess]:
+    with _sleeper(tmp_path_factory.mktemp("repo"), MODEL_CONFIG) as process:
         yield process
 
 

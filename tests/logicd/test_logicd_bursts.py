@@ -18,8 +18,8 @@ import httpx
 import pytest
 
 from tests._server import LogicdProcess, ModelsvcProcess
-from tests.client.test_client_deadline import CONFIG, SLEEPER
-from tests.logicd.test_logicd_admission import _burst, _metric, _problem, _service
+from tests.client.test_client_deadline import CONFIG
+from tests.logicd.test_logicd_admission import _burst, _metric, _problem, _service, _sleeper
 
 pytestmark = pytest.mark.integration
 
@@ -31,11 +31,7 @@ ONE_AT_A_TIME = "admission:\n  max_in_flight: 1\n  retry_after_s: 1\n"
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelsvcProcess]:
-    repo = tmp_path_factory.mktemp("repo")
-    (repo / "sleeper" / "1").mkdir(parents=True)
-    (repo / "sleeper" / "1" / "model.py").write_text(SLEEPER)
-    (repo / "sleeper" / "config.pbtxt").write_text(MODEL_CONFIG)
-    with ModelsvcProcess(repo) as process:
+    with _sleeper(tmp_path_factory.mktemp("repo"), MODEL_CONFIG) as process:
         yield process
 
 
